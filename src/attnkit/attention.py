@@ -1,0 +1,162 @@
+"""Attention score functions and masked softmax.
+
+Legend: B batch, T query steps (1 while decoding step by step), L memory length,
+Q query size (decoder state), D memory size, A attention (hidden) size.
+
+Naming follows Luong et al. (2015) plus Bahdanau's additive score and the
+scaled dot product, with ``h`` the decoder query and ``s`` a memory vector:
+
+=============  ================================  =========================
+``dot``        h . s                              needs Q == D
+``general``    h^T W s                            W: D -> Q
+``concat``     v^T tanh(W [h; s] + b)             one W over the concatenation
+``additive``   v^T tanh(W1 s + W2 h + b)          Bahdanau et al. (2015)
+``scaled_dot`` h . s / sqrt(D)                    needs Q == D
+=============  ================================  =========================
+
+``concat`` and ``additive`` describe the same family of functions (a single
+matrix over ``[h; s]`` is two matrices side by side); both exist so a config
+reads like the paper it reproduces and its parameters carry that paper's names.
+
+Every score splits into a per-batch part, :meth:`AttentionScore.prepare_keys`
+(the memory projection, computed once per source and kept in the decoder
+*state* so beam search can reorder it), and a per-step part, ``forward``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.errors import UserError
+
+
+def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
+    """Softmax over the last axis where ``mask`` is True; masked positions get exactly 0.
+
+    ``scores`` is (B, T, L) and ``mask`` (B, L); every row must have at least one
+    real position (encoders never produce empty inputs).
+    """
+    scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))  # (B, T, L)
+    return torch.softmax(scores, dim=-1)
+
+
+class AttentionScore(nn.Module):
+    """Unnormalised alignment scores between decoder queries and memory."""
+
+    def prepare_keys(self, memory: Tensor) -> Tensor:
+        """Per-batch projection of memory (B, L, D) -> keys (B, L, K)."""
+        return memory
+
+    def forward(self, query: Tensor, keys: Tensor) -> Tensor:  # (B, T, Q), (B, L, K) -> (B, T, L)
+        raise NotImplementedError
+
+
+class DotScore(AttentionScore):
+    def forward(self, query: Tensor, keys: Tensor) -> Tensor:
+        return torch.bmm(query, keys.transpose(1, 2))  # (B, T, L)
+
+
+class ScaledDotScore(DotScore):
+    def __init__(self, memory_size: int):
+        super().__init__()
+        self.scale = 1.0 / math.sqrt(memory_size)
+
+    def forward(self, query: Tensor, keys: Tensor) -> Tensor:
+        return super().forward(query, keys) * self.scale
+
+
+class GeneralScore(DotScore):
+    def __init__(self, query_size: int, memory_size: int):
+        super().__init__()
+        self.memory_projection = nn.Linear(memory_size, query_size, bias=False)  # W
+
+    def prepare_keys(self, memory: Tensor) -> Tensor:
+        return self.memory_projection(memory)  # (B, L, Q)
+
+
+class _TanhEnergy(AttentionScore):
+    """v^T tanh(query part + key part), shared by ``concat`` and ``additive``."""
+
+    energy: nn.Linear  # A -> 1
+
+    def _query_part(self, query: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def forward(self, query: Tensor, keys: Tensor) -> Tensor:
+        hidden = torch.tanh(self._query_part(query).unsqueeze(2) + keys.unsqueeze(1))  # (B, T, L, A)
+        return self.energy(hidden).squeeze(-1)  # (B, T, L)
+
+
+class ConcatScore(_TanhEnergy):
+    """Luong's ``concat``: one linear layer over [h; s], applied in two halves for speed."""
+
+    def __init__(self, query_size: int, memory_size: int, attention_size: int):
+        super().__init__()
+        self.query_size = query_size
+        self.combine = nn.Linear(query_size + memory_size, attention_size)  # W, b over [h; s]
+        self.energy = nn.Linear(attention_size, 1, bias=False)  # v
+
+    def prepare_keys(self, memory: Tensor) -> Tensor:
+        return memory @ self.combine.weight[:, self.query_size :].t()  # (B, L, A)
+
+    def _query_part(self, query: Tensor) -> Tensor:
+        return nn.functional.linear(query, self.combine.weight[:, : self.query_size], self.combine.bias)  # (B, T, A)
+
+
+class AdditiveScore(_TanhEnergy):
+    """Bahdanau's score (also Show-Attend-Tell's): separate key and query projections."""
+
+    def __init__(self, query_size: int, memory_size: int, attention_size: int):
+        super().__init__()
+        self.key_layer = nn.Linear(memory_size, attention_size, bias=False)  # W1
+        self.query_layer = nn.Linear(query_size, attention_size)  # W2, b
+        self.energy = nn.Linear(attention_size, 1, bias=False)  # v
+
+    def prepare_keys(self, memory: Tensor) -> Tensor:
+        return self.key_layer(memory)  # (B, L, A)
+
+    def _query_part(self, query: Tensor) -> Tensor:
+        return self.query_layer(query)  # (B, T, A)
+
+
+SCORES = ("dot", "general", "concat", "additive", "scaled_dot")
+
+
+def build_score(name: str, query_size: int, memory_size: int, attention_size: int) -> AttentionScore:
+    """The score function called ``name``; sizes are checked here, not at the first batch."""
+    if name in ("dot", "scaled_dot") and query_size != memory_size:
+        raise UserError(
+            f"attention score '{name}' needs the decoder hidden size ({query_size}) to equal the "
+            f"encoder memory size ({memory_size}); use 'general', 'concat' or 'additive', or change the sizes"
+        )
+    if name == "dot":
+        return DotScore()
+    if name == "scaled_dot":
+        return ScaledDotScore(memory_size)
+    if name == "general":
+        return GeneralScore(query_size, memory_size)
+    if name == "concat":
+        return ConcatScore(query_size, memory_size, attention_size)
+    if name == "additive":
+        return AdditiveScore(query_size, memory_size, attention_size)
+    raise UserError(f"unknown attention score '{name}'; choose one of {', '.join(SCORES)}")
+
+
+class Attention(nn.Module):
+    """Scores, masked softmax and the weighted sum of memory."""
+
+    def __init__(self, score: str, query_size: int, memory_size: int, attention_size: int):
+        super().__init__()
+        self.score = build_score(score, query_size, memory_size, attention_size)
+
+    def prepare_keys(self, memory: Tensor) -> Tensor:
+        return self.score.prepare_keys(memory)
+
+    def forward(self, query: Tensor, keys: Tensor, memory: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """query (B, T, Q) -> context (B, T, D) and weights (B, T, L) that sum to 1 over real positions."""
+        weights = masked_softmax(self.score(query, keys), mask)  # (B, T, L)
+        context = torch.bmm(weights, memory)  # (B, T, D)
+        return context, weights

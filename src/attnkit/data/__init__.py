@@ -1,0 +1,1 @@
+"""Data: prepared dataset folders, batching and collation."""

@@ -1,0 +1,101 @@
+"""Padding, collation and length-bucketed batching.
+
+Legend: B batch, S source length, T target length (with <bos>/<eos>).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class PaddedTokens:
+    """A batch of token-id sequences, right-padded."""
+
+    ids: Tensor  # (B, S)
+    lengths: Tensor  # (B,)
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "PaddedTokens":
+        return PaddedTokens(self.ids.to(device, non_blocking=non_blocking), self.lengths.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "PaddedTokens":
+        return PaddedTokens(self.ids.pin_memory(), self.lengths.pin_memory())
+
+    @property
+    def batch_size(self) -> int:
+        return self.ids.shape[0]
+
+
+def pad_sequences(sequences: Sequence[Sequence[int]], pad_index: int = 0) -> PaddedTokens:
+    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
+    ids = torch.full((len(sequences), int(lengths.max()) if len(sequences) else 0), pad_index, dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        ids[row, : len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)
+    return PaddedTokens(ids, lengths)  # (B, S), (B,)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One training or evaluation batch; ``source`` is whatever the encoder takes."""
+
+    source: Any  # PaddedTokens for text, image tensor (B, 3, H, W) for images
+    target: Tensor | None  # (B, T) <bos> w1 ... <eos> <pad>..., or None when decoding without references
+    index: Tensor  # (B,) positions of the examples in their dataset
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+        return Batch(
+            self.source.to(device, non_blocking=non_blocking),
+            None if self.target is None else self.target.to(device, non_blocking=non_blocking),
+            self.index,
+        )
+
+    def pin_memory(self) -> "Batch":
+        return Batch(self.source.pin_memory(), None if self.target is None else self.target.pin_memory(), self.index)
+
+    @property
+    def target_tokens(self) -> int:
+        """Number of predicted target tokens (words + <eos>)."""
+        return 0 if self.target is None else int((self.target[:, 1:] != 0).sum())
+
+
+class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
+    """Batches of similar length: shuffle, sort within pools of ``pool_factor`` batches, cut, shuffle batches.
+
+    Similar lengths waste little compute on padding; the pools keep epochs random.
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, shuffle: bool = True, pool_factor: int = 50, seed: int = 0):
+        self.lengths = list(lengths)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.pool_size = batch_size * pool_factor
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _batches(self) -> list[list[int]]:
+        rng = random.Random(self.seed + self.epoch)
+        order = list(range(len(self.lengths)))
+        if self.shuffle:
+            rng.shuffle(order)
+        batches = []
+        for start in range(0, len(order), self.pool_size):
+            pool = sorted(order[start : start + self.pool_size], key=self.lengths.__getitem__)
+            batches += [pool[i : i + self.batch_size] for i in range(0, len(pool), self.batch_size)]
+        if self.shuffle:
+            rng.shuffle(batches)
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self._batches())
+
+    def __len__(self) -> int:
+        return (len(self.lengths) + self.batch_size - 1) // self.batch_size if self.lengths else 0

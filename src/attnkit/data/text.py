@@ -1,0 +1,129 @@
+"""Parallel text: the on-disk dataset format and its PyTorch dataset.
+
+A prepared translation dataset is a folder (written by ``data_scripts/``)::
+
+    dataset.json          {"task": "translation", "languages": ["fr", "en"], "splits": {...}, ...}
+    train.fr  train.en    raw UTF-8 sentences, one per line; line i of both files is a pair
+    valid.fr  valid.en
+    test.fr   test.en
+
+Text stays raw on disk; tokenisation happens in attnkit with the run's config,
+so the checkpoint knows how to tokenise new input exactly as in training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from attnkit.data.batching import Batch, pad_sequences
+from attnkit.errors import UserError
+
+INFO_FILE = "dataset.json"
+
+
+def write_parallel_dataset(
+    folder: str | Path,
+    languages: tuple[str, str],
+    splits: Mapping[str, Sequence[tuple[str, str]]],
+    info: Mapping[str, object] | None = None,
+) -> Path:
+    """Write ``splits`` (name -> [(source, target), ...]) as a dataset folder; files appear whole or not at all."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, pairs in splits.items():
+        for side, lang in enumerate(languages):
+            lines = [pair[side].replace("\n", " ").strip() for pair in pairs]
+            _write_atomic(folder / f"{name}.{lang}", "".join(line + "\n" for line in lines))
+    meta = {"task": "translation", "languages": list(languages), "splits": {k: len(v) for k, v in splits.items()}, **(info or {})}
+    _write_atomic(folder / INFO_FILE, json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    return folder
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def read_dataset_info(folder: str | Path) -> dict:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UserError(f"data folder not found: {folder} (prepare one with data_scripts/, see the README)")
+    info_path = folder / INFO_FILE
+    if not info_path.is_file():
+        raise UserError(f"{folder} is not a prepared dataset: it has no {INFO_FILE}")
+    try:
+        return json.loads(info_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise UserError(f"{info_path} is not valid JSON: {error}") from None
+
+
+def resolve_languages(folder: str | Path, source_lang: str = "", target_lang: str = "") -> tuple[str, str]:
+    """The (source, target) pair to use: the config's, else the folder's declared order."""
+    info = read_dataset_info(folder)
+    if info.get("task") != "translation":
+        raise UserError(f"{folder} holds a '{info.get('task')}' dataset, not a translation dataset")
+    languages = info.get("languages", [])
+    source = source_lang or languages[0]
+    target = target_lang or languages[1]
+    for lang in (source, target):
+        if lang not in languages:
+            raise UserError(f"{folder} has no language '{lang}'; it has {', '.join(languages)}")
+    if source == target:
+        raise UserError(f"source and target language are both '{source}'")
+    return source, target
+
+
+def read_parallel(folder: str | Path, split: str, source_lang: str, target_lang: str) -> list[tuple[str, str]]:
+    """Raw (source, target) sentence pairs of one split."""
+    folder = Path(folder)
+    sides = []
+    for lang in (source_lang, target_lang):
+        path = folder / f"{split}.{lang}"
+        if not path.is_file():
+            raise UserError(f"{folder} has no split '{split}' for language '{lang}' (missing {path.name})")
+        sides.append(read_lines(path))
+    if len(sides[0]) != len(sides[1]):
+        raise UserError(f"{folder}: {split}.{source_lang} has {len(sides[0])} lines but {split}.{target_lang} has {len(sides[1])}")
+    return list(zip(*sides))
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """Lines of a UTF-8 text file, without newlines; a clear error when it is missing or not text."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"file not found: {path}")
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text") from None
+
+
+class ParallelTextDataset(torch.utils.data.Dataset):
+    """Encoded pairs: source ids (no specials) and target ids (<bos> ... <eos>)."""
+
+    def __init__(self, source_ids: Sequence[Sequence[int]], target_ids: Sequence[Sequence[int]]):
+        assert len(source_ids) == len(target_ids)
+        self.source_ids = list(source_ids)
+        self.target_ids = list(target_ids)
+
+    def __len__(self) -> int:
+        return len(self.source_ids)
+
+    def __getitem__(self, index: int) -> tuple[int, Sequence[int], Sequence[int]]:
+        return index, self.source_ids[index], self.target_ids[index]
+
+    @property
+    def lengths(self) -> list[int]:
+        """Sort key for bucketing: the longer side of each pair."""
+        return [max(len(s), len(t)) for s, t in zip(self.source_ids, self.target_ids)]
+
+
+def collate_pairs(examples: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> Batch:
+    index, sources, targets = zip(*examples)
+    return Batch(pad_sequences(sources), pad_sequences(targets).ids, torch.tensor(index))  # (B, S), (B, T)

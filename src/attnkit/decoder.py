@@ -1,0 +1,209 @@
+"""The attention decoder shared by every modality.
+
+Legend: B batch, T target steps, L memory length, D memory size, E embedding
+size, H decoder hidden size, R readout size (the vector fed to the output
+layer), V target vocabulary, N RNN layers.
+
+Two styles, one :meth:`AttentionDecoder.step`:
+
+* ``bahdanau`` (Bahdanau et al. 2015; Xu et al. 2015): attend with the previous
+  top-layer state, feed [embedding; context] to the RNN, read out
+  tanh(W [h; c; e]). Optional Show-Attend-Tell gate beta = sigmoid(w . s) scales
+  the context.
+* ``luong`` (Luong et al. 2015): run the RNN first, attend with the new state,
+  attentional vector tanh(W_c [c; h]). Optional input feeding concatenates the
+  previous attentional vector to the next RNN input.
+
+Training and search share ``step``. Teacher-forced ``forward`` runs the whole
+sequence through the RNN at once when that is equivalent (Luong without input
+feeding); ``tests/test_decoder.py`` proves it equals the step loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.attention import Attention
+from attnkit.config import DecoderConfig
+from attnkit.errors import UserError
+from attnkit.interfaces import EncoderOutput
+
+RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}
+
+
+@dataclass(frozen=True)
+class DecoderState:
+    """Everything that changes per batch, so beam search can reorder one object.
+
+    Projected attention keys live here rather than on the module: a module-level
+    cache would go stale when beam search reorders or shrinks the batch.
+    """
+
+    hidden: Tensor  # (N, B, H)
+    cell: Tensor | None  # (N, B, H) for LSTM, else None
+    feed: Tensor | None  # (B, R) previous attentional vector (Luong input feeding), else None
+    keys: Tensor  # (B, L, K) memory projected by the score function
+    memory: Tensor  # (B, L, D)
+    mask: Tensor  # (B, L) True = real position
+
+    def select(self, index: Tensor) -> "DecoderState":
+        """Rows ``index`` of the batch, e.g. the surviving beams' parents."""
+        return DecoderState(
+            hidden=self.hidden.index_select(1, index),
+            cell=None if self.cell is None else self.cell.index_select(1, index),
+            feed=None if self.feed is None else self.feed.index_select(0, index),
+            keys=self.keys.index_select(0, index),
+            memory=self.memory.index_select(0, index),
+            mask=self.mask.index_select(0, index),
+        )
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    logits: Tensor  # (B, V)
+    attention: Tensor  # (B, L)
+    state: DecoderState
+
+
+@dataclass(frozen=True)
+class DecoderOutput:
+    logits: Tensor  # (B, T, V)
+    attention: Tensor  # (B, T, L)
+    mask: Tensor  # (B, L) real memory positions (for attention losses and statistics)
+
+
+class AttentionDecoder(nn.Module):
+    def __init__(self, config: DecoderConfig, vocab_size: int, memory_size: int, init_size: int, pad_index: int = 0):
+        super().__init__()
+        _check(config)
+        self.config = config
+        hidden, embedding = config.hidden_size, config.embedding_size
+        self.readout_size = embedding if config.tie_embeddings else (config.readout_size or hidden)
+        self.is_lstm = config.rnn == "lstm"
+        self.feeds_input = config.style == "luong" and config.input_feeding
+
+        self.embedding = nn.Embedding(vocab_size, embedding, padding_idx=pad_index)
+        self.dropout = nn.Dropout(config.dropout)
+        rnn_input = embedding + (memory_size if config.style == "bahdanau" else 0) + (self.readout_size if self.feeds_input else 0)
+        self.rnn = RNNS[config.rnn](
+            rnn_input,
+            hidden,
+            num_layers=config.num_layers,
+            batch_first=True,
+            dropout=config.dropout if config.num_layers > 1 else 0.0,
+        )
+        self.attention = Attention(config.score, hidden, memory_size, config.attention_size)
+        self.context_gate = nn.Linear(hidden, 1) if config.context_gate else None  # beta = sigmoid(w . s + b)
+        readout_input = hidden + memory_size + (embedding if config.style == "bahdanau" else 0)
+        self.readout = nn.Linear(readout_input, self.readout_size)  # W_c over [h; c] (+ e for bahdanau)
+        self.output = nn.Linear(self.readout_size, vocab_size)
+        if config.tie_embeddings:
+            self.output.weight = self.embedding.weight
+        if config.init == "bridge":
+            self.bridge = nn.Linear(init_size, config.num_layers * hidden)
+            self.cell_bridge = nn.Linear(init_size, config.num_layers * hidden) if self.is_lstm else None
+
+    # -- state ---------------------------------------------------------------------------------
+    def init_state(self, encoded: EncoderOutput) -> DecoderState:
+        batch = encoded.batch_size
+        layers, hidden = self.config.num_layers, self.config.hidden_size
+
+        def start(bridge: nn.Linear | None) -> Tensor:
+            if bridge is None:
+                return encoded.memory.new_zeros(layers, batch, hidden)
+            flat = torch.tanh(bridge(encoded.init_state))  # (B, N*H)
+            return flat.view(batch, layers, hidden).transpose(0, 1).contiguous()  # (N, B, H)
+
+        bridged = self.config.init == "bridge"
+        return DecoderState(
+            hidden=start(self.bridge if bridged else None),
+            cell=start(self.cell_bridge if bridged else None) if self.is_lstm else None,
+            feed=encoded.memory.new_zeros(batch, self.readout_size) if self.feeds_input else None,
+            keys=self.attention.prepare_keys(encoded.memory),
+            memory=encoded.memory,
+            mask=encoded.mask,
+        )
+
+    # -- one step, shared by training and search -----------------------------------------------------
+    def step(self, previous: Tensor, state: DecoderState) -> StepOutput:
+        """Advance by one target word: ``previous`` (B,) token ids -> logits over the next word."""
+        embedded = self.dropout(self.embedding(previous)).unsqueeze(1)  # (B, 1, E)
+        logits, attention, state = self._advance(embedded, state)
+        return StepOutput(logits.squeeze(1), attention.squeeze(1), state)
+
+    def _advance(self, embedded: Tensor, state: DecoderState) -> tuple[Tensor, Tensor, DecoderState]:
+        """Run T steps (T == 1 unless the caller proved the steps independent of attention)."""
+        hx = (state.hidden, state.cell) if self.is_lstm else state.hidden
+        if self.config.style == "bahdanau":
+            query = state.hidden[-1].unsqueeze(1)  # (B, 1, H) previous top-layer state
+            context, attention = self._attend(query, state)  # (B, 1, D), (B, 1, L)
+            outputs, hx = self.rnn(torch.cat([embedded, context], dim=-1), hx)  # (B, 1, H)
+            readout = torch.tanh(self.readout(torch.cat([outputs, context, embedded], dim=-1)))  # (B, 1, R)
+        else:
+            rnn_input = torch.cat([embedded, state.feed.unsqueeze(1)], dim=-1) if self.feeds_input else embedded
+            outputs, hx = self.rnn(rnn_input, hx)  # (B, T, H)
+            context, attention = self._attend(outputs, state)  # (B, T, D), (B, T, L)
+            readout = torch.tanh(self.readout(torch.cat([outputs, context], dim=-1)))  # (B, T, R)
+        hidden, cell = hx if self.is_lstm else (hx, None)
+        feed = readout[:, -1] if self.feeds_input else None
+        logits = self.output(self.dropout(readout))  # (B, T, V)
+        return logits, attention, replace(state, hidden=hidden, cell=cell, feed=feed)
+
+    def _attend(self, query: Tensor, state: DecoderState) -> tuple[Tensor, Tensor]:
+        context, attention = self.attention(query, state.keys, state.memory, state.mask)
+        if self.context_gate is not None:
+            context = torch.sigmoid(self.context_gate(query)) * context  # (B, T, D)
+        return context, attention
+
+    # -- teacher-forced unroll ---------------------------------------------------------------------
+    @property
+    def unrolls_in_parallel(self) -> bool:
+        """True when the RNN input never depends on attention, so all T steps can run at once."""
+        return self.config.style == "luong" and not self.feeds_input
+
+    def forward(self, encoded: EncoderOutput, inputs: Tensor, teacher_forcing: float = 1.0) -> DecoderOutput:
+        """Unroll over ``inputs`` (B, T) (<bos> w1 ... w_{T-1}); logits predict w1 ... <eos>.
+
+        With ``teacher_forcing`` < 1, each step after the first feeds the model's own
+        previous prediction instead of the gold word with probability 1 - teacher_forcing
+        (scheduled sampling, Bengio et al. 2015), drawn per sentence.
+        """
+        state = self.init_state(encoded)
+        if teacher_forcing >= 1.0 and self.unrolls_in_parallel:
+            embedded = self.dropout(self.embedding(inputs))  # (B, T, E)
+            logits, attention, _ = self._advance(embedded, state)
+            return DecoderOutput(logits, attention, encoded.mask)
+        logits, attention = [], []
+        previous = inputs[:, 0]
+        for t in range(inputs.shape[1]):
+            out = self.step(previous, state)
+            state = out.state
+            logits.append(out.logits)
+            attention.append(out.attention)
+            if t + 1 < inputs.shape[1]:
+                previous = inputs[:, t + 1]
+                if teacher_forcing < 1.0:
+                    own = out.logits.argmax(-1)  # (B,)
+                    use_gold = torch.rand(previous.shape, device=previous.device) < teacher_forcing
+                    previous = torch.where(use_gold, previous, own)
+        return DecoderOutput(torch.stack(logits, 1), torch.stack(attention, 1), encoded.mask)  # (B, T, V), (B, T, L)
+
+
+def _check(config: DecoderConfig) -> None:
+    if config.rnn not in RNNS:
+        raise UserError(f"decoder.rnn must be one of {', '.join(RNNS)}, got '{config.rnn}'")
+    if config.style not in ("bahdanau", "luong"):
+        raise UserError(f"decoder.style must be 'bahdanau' or 'luong', got '{config.style}'")
+    if config.init not in ("bridge", "zeros"):
+        raise UserError(f"decoder.init must be 'bridge' or 'zeros', got '{config.init}'")
+    if config.input_feeding and config.style != "luong":
+        raise UserError("decoder.input_feeding applies to the luong style only (bahdanau already feeds the context)")
+    if config.context_gate and config.style != "bahdanau":
+        raise UserError("decoder.context_gate (Show-Attend-Tell beta) applies to the bahdanau style only")
+    if config.num_layers < 1 or config.hidden_size < 1 or config.embedding_size < 1:
+        raise UserError("decoder sizes and num_layers must be positive")
+    if not 0.0 <= config.dropout < 1.0:
+        raise UserError(f"decoder.dropout must be in [0, 1), got {config.dropout}")

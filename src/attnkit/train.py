@@ -1,0 +1,305 @@
+"""A model-agnostic trainer: the loop that could train any network.
+
+It knows nothing about modalities: it gets a model, an objective
+``(model, batch) -> LossOutput``, a dataset with ``lengths`` for bucketing, a
+collate function and an ``evaluate(model) -> {"score": ..., ...}`` callback for
+validation (higher is better; for translation, BLEU of free-running decoding).
+It handles device and mixed precision, gradient clipping, the plateau LR
+schedule, early stopping, a JSONL log of every epoch, best/last checkpoints,
+``--resume``, and DistributedDataParallel when launched with ``torchrun``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from tqdm import tqdm
+
+from attnkit.checkpoint import Checkpoint, save_checkpoint
+from attnkit.config import TrainConfig
+from attnkit.data.batching import BucketBatchSampler
+from attnkit.errors import UserError
+
+Evaluate = Callable[[nn.Module], dict[str, Any]]
+
+
+# -- device, precision, distribution ----------------------------------------------------------------
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> CUDA when present, else CPU; a clear error for devices that are not there."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"unknown device '{name}'; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device '{name}' asked for, but CUDA is not available here; use device auto or cpu")
+    return device
+
+
+def resolve_precision(name: str, device: torch.device) -> torch.dtype:
+    """Autocast dtype: ``auto`` is bf16 on CUDA that supports it, fp16 on older CUDA, fp32 on CPU."""
+    choices = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if name == "auto":
+        if device.type != "cuda":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if name not in choices:
+        raise UserError(f"precision must be auto, fp32, bf16 or fp16, got '{name}'")
+    return choices[name]
+
+
+def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """Where this process sits in a ``torchrun`` job (rank 0 of 1 when run plainly)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @classmethod
+    def from_environment(cls) -> "Distributed":
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        return cls(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")))
+
+    def setup(self, device: torch.device) -> torch.device:
+        """Join the process group (NCCL on CUDA, gloo on CPU); returns this rank's device."""
+        if not self.enabled:
+            return device
+        if device.type == "cuda":
+            device = torch.device("cuda", self.local_rank)
+            torch.cuda.set_device(device)
+        if not dist.is_initialized():
+            dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        return device
+
+
+class ShardedBatchSampler(torch.utils.data.Sampler[list[int]]):
+    """Each rank takes every ``world_size``-th batch; all ranks get the same number of batches."""
+
+    def __init__(self, batches: BucketBatchSampler, rank: int, world_size: int):
+        self.batches, self.rank, self.world_size = batches, rank, world_size
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batches.set_epoch(epoch)
+
+    def __iter__(self):
+        batches = list(self.batches)
+        usable = len(batches) // self.world_size * self.world_size
+        return iter(batches[self.rank : usable : self.world_size])
+
+    def __len__(self) -> int:
+        return len(self.batches) // self.world_size
+
+
+# -- training ------------------------------------------------------------------------------------------
+@dataclass
+class TrainingProgress:
+    epoch: int = 0  # epochs completed
+    step: int = 0  # optimizer steps taken
+    best_score: float = -math.inf
+    bad_epochs: int = 0  # validations since the best one
+    stopped_early: bool = False
+
+
+@dataclass(frozen=True)
+class CheckpointContents:
+    """What the task adds to every checkpoint so it rebuilds without other files."""
+
+    task: str
+    config: dict[str, Any]
+    vocabularies: dict[str, list[str]]
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: Callable[[nn.Module, Any], Any],
+        dataset: torch.utils.data.Dataset,
+        collate: Callable,
+        evaluate: Evaluate,
+        config: TrainConfig,
+        run_dir: str | Path,
+        contents: CheckpointContents,
+        progress_bar: bool = True,
+        log: Callable[[str], None] = print,
+    ):
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.contents = contents
+        self.progress_bar = progress_bar
+        self.log = log
+        self.objective = objective
+        self.evaluate = evaluate
+        self.distributed = Distributed.from_environment()
+        self.device = self.distributed.setup(resolve_device(config.device))
+        self.dtype = resolve_precision(config.precision, self.device)
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
+
+        self.model = model.to(self.device)
+        self.train_model = (
+            nn.parallel.DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+            if self.distributed.enabled
+            else model
+        )
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            self.optimizer, mode="max", factor=config.lr_factor, patience=config.lr_patience, min_lr=config.min_lr
+        )
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16 and self.device.type == "cuda")
+        self.progress = TrainingProgress()
+
+        batches = BucketBatchSampler(dataset.lengths, config.batch_size, shuffle=True, seed=config.seed)
+        if self.distributed.enabled:
+            batches = ShardedBatchSampler(batches, self.distributed.rank, self.distributed.world_size)
+        self.batches = batches
+        on_cuda = self.device.type == "cuda"
+        workers = config.num_workers or (2 if on_cuda else 0)
+        self.loader = torch.utils.data.DataLoader(
+            dataset, batch_sampler=batches, collate_fn=collate, num_workers=workers, pin_memory=on_cuda, persistent_workers=workers > 0
+        )
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+    def checkpoint(self) -> Checkpoint:
+        training = {
+            "progress": asdict(self.progress),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+        }
+        return Checkpoint(self.contents.task, self.contents.config, self.contents.vocabularies, self.model.state_dict(), training)
+
+    def restore(self, checkpoint: Checkpoint) -> None:
+        """Continue the run saved in ``checkpoint`` (weights, optimizer, schedule, counters)."""
+        training = checkpoint.training
+        if not training:
+            raise UserError("this checkpoint holds no training state (it was exported for inference); it cannot be resumed")
+        self.model.load_state_dict(checkpoint.model)
+        self.optimizer.load_state_dict(training["optimizer"])
+        self.scheduler.load_state_dict(training["scheduler"])
+        if training.get("scaler"):
+            self.scaler.load_state_dict(training["scaler"])
+        torch.set_rng_state(training["torch_rng"])
+        self.progress = TrainingProgress(**training["progress"])
+
+    # -- the loop --------------------------------------------------------------------------------------
+    def fit(self) -> TrainingProgress:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        while self.progress.epoch < self.config.epochs and not self.progress.stopped_early:
+            epoch = self.progress.epoch + 1
+            started = time.perf_counter()
+            train_stats = self.train_epoch(epoch)
+            record: dict[str, Any] = {"epoch": epoch, "step": self.progress.step, **train_stats}
+            record["lr"] = self.optimizer.param_groups[0]["lr"]
+            stop = self.end_of_epoch(record)
+            record["epoch_seconds"] = round(time.perf_counter() - started, 2)
+            if self.distributed.is_main:
+                self._append_log(record)
+            if stop:
+                self.progress.stopped_early = True
+        return self.progress
+
+    def train_epoch(self, epoch: int) -> dict[str, float]:
+        self.train_model.train()
+        self.batches.set_epoch(epoch)
+        loss_sum, nll_sum, tokens, batches = 0.0, 0.0, 0, 0
+        started = time.perf_counter()
+        bar = tqdm(
+            self.loader, desc=f"epoch {epoch}", leave=False, mininterval=1.0, disable=not (self.progress_bar and self.distributed.is_main)
+        )
+        for batch in bar:
+            batch = batch.to(self.device, non_blocking=True)
+            with autocast(self.device, self.dtype):
+                out = self.objective(self.train_model, batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.scale(out.loss).backward()
+            if self.config.clip_norm > 0:
+                self.scaler.unscale_(self.optimizer)
+                nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.progress.step += 1
+            batches += 1
+            loss_sum += out.loss.item()
+            nll_sum += out.nll_sum
+            tokens += out.tokens
+            if batches % self.config.log_every == 0:
+                bar.set_postfix(loss=f"{loss_sum / batches:.3f}")
+        seconds = time.perf_counter() - started
+        if batches == 0:
+            raise UserError("the training set yields no batches (is it empty, or are all pairs longer than the length limits?)")
+        return {
+            "train_loss": round(loss_sum / batches, 4),
+            "train_ppl": round(math.exp(min(nll_sum / max(tokens, 1), 50.0)), 3),
+            "train_tokens_per_s": round(tokens / seconds, 1),
+        }
+
+    def end_of_epoch(self, record: dict[str, Any]) -> bool:
+        """Validate, step the LR schedule, save checkpoints; returns True to stop early."""
+        stop = False
+        if self.distributed.is_main:
+            self.model.eval()
+            with torch.no_grad(), autocast(self.device, self.dtype):
+                metrics = self.evaluate(self.model)
+            score = float(metrics["score"])
+            record["valid"] = metrics
+            self.scheduler.step(score)
+            improved = score > self.progress.best_score
+            record["best"] = improved
+            self.progress.epoch = record["epoch"]
+            if improved:
+                self.progress.best_score, self.progress.bad_epochs = score, 0
+            else:
+                self.progress.bad_epochs += 1
+            stop = self.config.patience > 0 and self.progress.bad_epochs >= self.config.patience
+            self.progress.stopped_early = stop
+            checkpoint = self.checkpoint()
+            save_checkpoint(self.run_dir / "last.pt", checkpoint)
+            if improved:
+                save_checkpoint(self.run_dir / "best.pt", checkpoint)
+            self.log(
+                f"epoch {record['epoch']}: loss {record['train_loss']:.3f}, "
+                f"{record['train_tokens_per_s']:.0f} tok/s, valid "
+                + ", ".join(f"{k} {v}" for k, v in metrics.items() if isinstance(v, (int, float)))
+                + (" (best)" if improved else "")
+            )
+        if self.distributed.enabled:
+            shared = [self.progress, self.optimizer.param_groups[0]["lr"]]
+            dist.broadcast_object_list(shared, src=0)
+            self.progress, lr = shared
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            stop = self.progress.stopped_early
+        return stop
+
+    def _append_log(self, record: dict[str, Any]) -> None:
+        with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as log:
+            log.write(json.dumps(record) + "\n")

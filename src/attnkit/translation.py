@@ -1,0 +1,249 @@
+"""Translation: text in, text out, through the shared encoder-decoder.
+
+:class:`TextPipeline` holds what turns raw sentences into ids and back
+(tokenisers, vocabularies, length limits); it is rebuilt from a checkpoint
+alone. :class:`Translator` runs batched search and returns detokenised text
+with the attention matrix of every output. :func:`train_translation` wires the
+data, the model and the model-agnostic :class:`~attnkit.train.Trainer`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.checkpoint import Checkpoint, load_checkpoint
+from attnkit.config import ExperimentConfig, SearchConfig, from_dict, save_config, to_dict
+from attnkit.data.batching import pad_sequences
+from attnkit.data.text import ParallelTextDataset, collate_pairs, read_parallel, resolve_languages
+from attnkit.errors import UserError
+from attnkit.metrics import translation_scores
+from attnkit.model import EncoderDecoder, Seq2SeqObjective, build_translation_model
+from attnkit.search import beam_search, greedy_search, max_steps
+from attnkit.train import CheckpointContents, Trainer, TrainingProgress, resolve_device
+from attnkit.vocab import Tokenizer, Vocabulary
+
+TASK = "translation"
+
+
+@dataclass(frozen=True)
+class TextPipeline:
+    """Raw sentences <-> id sequences for one language pair."""
+
+    source_lang: str
+    target_lang: str
+    source_tokenizer: Tokenizer
+    target_tokenizer: Tokenizer
+    source_vocab: Vocabulary
+    target_vocab: Vocabulary
+    max_source_length: int
+
+    @classmethod
+    def build(cls, config: ExperimentConfig, train_pairs: list[tuple[str, str]], source_lang: str, target_lang: str) -> "TextPipeline":
+        data = config.data
+        source_tokenizer = Tokenizer(data.tokenizer, source_lang)
+        target_tokenizer = Tokenizer(data.tokenizer, target_lang)
+        sources = [source_tokenizer.tokenize(s) for s, _ in train_pairs]
+        targets = [target_tokenizer.tokenize(t) for _, t in train_pairs]
+        return cls(
+            source_lang,
+            target_lang,
+            source_tokenizer,
+            target_tokenizer,
+            Vocabulary.build(sources, data.min_freq, data.max_vocab),
+            Vocabulary.build(targets, data.min_freq, data.max_vocab),
+            data.max_source_length,
+        )
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: Checkpoint) -> "TextPipeline":
+        config = from_dict(ExperimentConfig, checkpoint.config)
+        languages = checkpoint.config["data"]
+        return cls(
+            languages["source_lang"],
+            languages["target_lang"],
+            Tokenizer(config.data.tokenizer, languages["source_lang"]),
+            Tokenizer(config.data.tokenizer, languages["target_lang"]),
+            Vocabulary(checkpoint.vocabularies["source"]),
+            Vocabulary(checkpoint.vocabularies["target"]),
+            config.data.max_source_length,
+        )
+
+    @property
+    def vocabularies(self) -> dict[str, list[str]]:
+        return {"source": self.source_vocab.to_list(), "target": self.target_vocab.to_list()}
+
+    def encode_pairs(self, pairs: list[tuple[str, str]], max_source: int, max_target: int) -> ParallelTextDataset:
+        """Training pairs as ids; pairs with an empty side or over the length limits are skipped."""
+        sources, targets = [], []
+        for source, target in pairs:
+            source_words = self.source_tokenizer.tokenize(source)
+            target_words = self.target_tokenizer.tokenize(target)
+            if 0 < len(source_words) <= max_source and 0 < len(target_words) <= max_target:
+                sources.append(self.source_vocab.encode(source_words))
+                targets.append(self.target_vocab.encode(target_words, add_bos=True, add_eos=True))
+        return ParallelTextDataset(sources, targets)
+
+
+@dataclass(frozen=True)
+class Translation:
+    source: str  # the input as given
+    source_words: list[str]  # tokens the model saw (after truncation)
+    words: list[str]  # output tokens
+    text: str  # detokenised output
+    score: float  # length-normalised log-probability
+    attention: Tensor  # (T, S) rows: output steps (incl. <eos> when finished); columns: source_words
+    finished: bool  # False when search hit the length limit before <eos>
+    truncated: bool = False  # the input was longer than max_source_length and was cut
+    error: str | None = None  # why this sentence was not translated (then text is empty)
+
+
+class Translator:
+    def __init__(self, model: EncoderDecoder, pipeline: TextPipeline, search: SearchConfig, device: torch.device):
+        self.model = model.to(device).eval()
+        self.pipeline = pipeline
+        self.search = search
+        self.device = device
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: str | Path | Checkpoint, device: str = "auto") -> "Translator":
+        """A translator from a checkpoint file (or one already loaded)."""
+        if not isinstance(checkpoint, Checkpoint):
+            checkpoint = load_checkpoint(checkpoint, task=TASK)
+        config = from_dict(ExperimentConfig, checkpoint.config)
+        pipeline = TextPipeline.from_checkpoint(checkpoint)
+        model = build_translation_model(config, pipeline.source_vocab, pipeline.target_vocab)
+        model.load_state_dict(checkpoint.model)
+        return cls(model, pipeline, config.search, resolve_device(device))
+
+    def _prepare(self, sentence: str) -> tuple[list[str], bool]:
+        """Source words for ``sentence``; raises UserError for input that cannot be translated."""
+        words = self.pipeline.source_tokenizer.tokenize(sentence)
+        if not words:
+            raise UserError("empty sentence")
+        vocab = self.pipeline.source_vocab
+        if all(word not in vocab for word in words):
+            raise UserError(f"every word of the sentence is unknown to the model ({self.pipeline.source_lang} vocabulary)")
+        limit = self.pipeline.max_source_length
+        return words[:limit], len(words) > limit
+
+    @torch.no_grad()
+    def translate(self, sentences: list[str], beam_size: int | None = None, batch_size: int = 64, n_best: int = 1) -> list[list[Translation]]:
+        """The ``n_best`` translations of each sentence, in input order.
+
+        Sentences that cannot be translated get one Translation with ``error`` set;
+        overlong ones are truncated to ``max_source_length`` words (``truncated``).
+        """
+        beam = beam_size or self.search.beam_size
+        results: list[list[Translation] | None] = [None] * len(sentences)
+        prepared = {}
+        for i, sentence in enumerate(sentences):
+            try:
+                prepared[i] = self._prepare(sentence)
+            except UserError as error:
+                results[i] = [Translation(sentence, [], [], "", float("-inf"), torch.zeros(0, 0), False, error=str(error))]
+        order = sorted(prepared, key=lambda i: len(prepared[i][0]))  # similar lengths together: less padding
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            source = pad_sequences([self.pipeline.source_vocab.encode(prepared[i][0]) for i in chunk]).to(self.device)
+            encoded = self.model.encode(source)
+            limits = max_steps(encoded, self.search.max_length_ratio, self.search.max_length_offset)
+            vocab = self.pipeline.target_vocab
+            if beam == 1 and n_best == 1:
+                found = [[h] for h in greedy_search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, limits, self.search.length_penalty)]
+            else:
+                found = beam_search(
+                    self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, beam, limits, self.search.length_penalty, n_best
+                )
+            for i, hypotheses in zip(chunk, found):
+                words, truncated = prepared[i]
+                results[i] = [self._translation(sentences[i], words, truncated, h) for h in hypotheses]
+        return results  # type: ignore[return-value]
+
+    def _translation(self, sentence: str, source_words: list[str], truncated: bool, hypothesis) -> Translation:
+        words = self.pipeline.target_vocab.decode(hypothesis.tokens)
+        return Translation(
+            source=sentence,
+            source_words=source_words,
+            words=words,
+            text=self.pipeline.target_tokenizer.detokenize(words),
+            score=hypothesis.score,
+            attention=hypothesis.attention,
+            finished=hypothesis.finished,
+            truncated=truncated,
+        )
+
+    def evaluate(self, pairs: list[tuple[str, str]], beam_size: int | None = None, batch_size: int = 64) -> dict:
+        """sacreBLEU BLEU and chrF of the translations of ``pairs`` against their references."""
+        if not pairs:
+            raise UserError("nothing to evaluate: no sentence pairs")
+        translations = self.translate([s for s, _ in pairs], beam_size, batch_size)
+        hypotheses = [best[0].text for best in translations]
+        scores = translation_scores(hypotheses, [[t] for _, t in pairs], lowercase=self.pipeline.target_tokenizer.config.lowercase)
+        failed = sum(best[0].error is not None for best in translations)
+        return {**scores, "sentences": len(pairs), "untranslatable": failed, "beam_size": beam_size or self.search.beam_size}
+
+
+def train_translation(
+    config: ExperimentConfig, resume: Checkpoint | None = None, overwrite: bool = False, progress_bar: bool = True, log=print
+) -> TrainingProgress:
+    """Train (or continue) a translation model as ``config`` says; checkpoints go to ``config.run_dir``."""
+    run_dir = config.run_dir
+    if resume is None and (run_dir / "last.pt").exists():
+        if not overwrite:
+            raise UserError(f"{run_dir} already holds a run; continue it with --resume {run_dir / 'last.pt'}, or choose another output_dir")
+        shutil.rmtree(run_dir)
+    source_lang, target_lang = resolve_languages(config.data.path, config.data.source_lang, config.data.target_lang)
+    config = replace(config, data=replace(config.data, source_lang=source_lang, target_lang=target_lang))
+    train_pairs = read_parallel(config.data.path, "train", source_lang, target_lang)
+    valid_pairs = read_parallel(config.data.path, "valid", source_lang, target_lang)
+    if config.train.valid_max_examples > 0:
+        valid_pairs = valid_pairs[: config.train.valid_max_examples]
+    torch.manual_seed(config.train.seed)
+
+    if resume is not None:
+        pipeline = TextPipeline.from_checkpoint(resume)
+    else:
+        pipeline = TextPipeline.build(config, train_pairs, source_lang, target_lang)
+    dataset = pipeline.encode_pairs(train_pairs, config.data.max_source_length, config.data.max_target_length)
+    log(
+        f"{source_lang}->{target_lang}: {len(dataset)} training pairs (of {len(train_pairs)}), {len(valid_pairs)} validation; "
+        f"vocabulary {len(pipeline.source_vocab)} / {len(pipeline.target_vocab)}"
+    )
+    model = build_translation_model(config, pipeline.source_vocab, pipeline.target_vocab)
+    log(f"model: {count_parameters(model):,} parameters")
+    objective = Seq2SeqObjective(
+        config.train.label_smoothing, config.train.attention_regularization, config.train.teacher_forcing, pipeline.target_vocab.pad_index
+    )
+
+    def validate(trained: nn.Module) -> dict:
+        translator = Translator(trained, pipeline, config.search, next(trained.parameters()).device)
+        metrics = translator.evaluate(valid_pairs, beam_size=config.train.valid_beam_size, batch_size=128)
+        return {"bleu": metrics["bleu"], "chrf": metrics["chrf"], "score": metrics["bleu"]}
+
+    trainer = Trainer(
+        model,
+        objective,
+        dataset,
+        collate_pairs,
+        validate,
+        config.train,
+        run_dir,
+        CheckpointContents(TASK, to_dict(config), pipeline.vocabularies),
+        progress_bar=progress_bar,
+        log=log,
+    )
+    if resume is not None:
+        trainer.restore(resume)
+        log(f"resuming after epoch {trainer.progress.epoch} (best score {trainer.progress.best_score})")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, run_dir / "config.yaml")
+    return trainer.fit()
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

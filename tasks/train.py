@@ -1,0 +1,53 @@
+"""Train a model from a recipe.
+
+    python tasks/train.py --config tasks/configs/multi30k_de_en.yaml [--set train.epochs=10 ...]
+    python tasks/train.py --resume runs/multi30k_de_en/last.pt [--set train.epochs=20]
+
+Checkpoints (best.pt, last.pt), the resolved config.yaml and log.jsonl (one
+JSON line per epoch) go to the run folder, ``runs/<name>`` unless
+``output_dir`` is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from attnkit.checkpoint import load_checkpoint
+from attnkit.config import ExperimentConfig, apply_overrides, from_dict, load_config
+from attnkit.errors import UserError, run_cli
+from attnkit.translation import TASK as TRANSLATION, train_translation
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="recipe YAML (tasks/configs/NAME.yaml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config value, e.g. decoder.hidden_size=512")
+    parser.add_argument("--resume", metavar="CHECKPOINT", help="continue the run saved in this last.pt (its config, plus --set overrides)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing run in the output folder")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in logs)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = get_args_parser().parse_args(argv)
+    resume = None
+    if args.resume:
+        if args.config:
+            raise UserError("give either --config (a new run) or --resume (its saved config is used), not both")
+        resume = load_checkpoint(args.resume)
+        config = from_dict(ExperimentConfig, apply_overrides(resume.config, args.overrides))
+    elif args.config:
+        config = load_config(args.config, args.overrides)
+    else:
+        raise UserError("give --config tasks/configs/NAME.yaml for a new run or --resume CHECKPOINT to continue one")
+    if config.task != TRANSLATION:
+        raise UserError(f"task '{config.task}' cannot be trained yet; available: {TRANSLATION}")
+    progress = train_translation(config, resume=resume, overwrite=args.overwrite, progress_bar=not args.no_progress)
+    print(f"done after {progress.epoch} epochs; best validation score {progress.best_score:.2f}; checkpoints in {config.run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
