@@ -151,6 +151,11 @@ def _coerce(kind: type, value: Any, key: str) -> Any:
     elif kind is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-4" (no decimal point) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
     elif kind is str:
         if isinstance(value, str):
             return value

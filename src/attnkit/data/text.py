@@ -99,9 +99,15 @@ def read_lines(path: str | Path) -> list[str]:
     if not path.is_file():
         raise UserError(f"file not found: {path}")
     try:
-        return path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise UserError(f"{path} is not UTF-8 text") from None
+    # Split on "\n" only: str.splitlines() also breaks on \x0b, \x85, \u2028 ..., which can occur
+    # inside a sentence and would pull two line-aligned files out of step.
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 class ParallelTextDataset(torch.utils.data.Dataset):

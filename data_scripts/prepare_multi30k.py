@@ -1,0 +1,153 @@
+"""Prepare Multi30k (task 1: en / de / fr image descriptions) as an attnkit translation dataset.
+
+Reads the raw task-1 files ``ROOT/multi30k/task1/raw/{train,val,test_2016_flickr}.{en,de,fr}.gz``
+(gzip'd UTF-8, one sentence per line, line i of each language a translation of line i of the
+others; see ``SOURCE.md`` beside them) and writes the folder that ``tasks/train.py`` reads
+(see ``attnkit.data.text``): splits ``train`` (29,000 pairs), ``valid`` (val, 1,014) and
+``test`` (test_2016_flickr, 1,000). Sentences stay raw (original casing and punctuation),
+whitespace-stripped; line i of the source file stays paired with line i of the target file.
+
+Usage::
+
+    python data_scripts/prepare_multi30k.py --source de --target en
+    python data_scripts/prepare_multi30k.py --source en --target fr --data /data --out data/multi30k-en-fr
+
+Options:
+
+--source/--target   any ordered pair of en, de, fr (required).
+--data ROOT         folder holding ``multi30k/`` (default ``$ATTNKIT_DATA``, else ``../shared/data``
+                    beside the project).
+--out DIR           output folder (default ``data/multi30k-SRC-TGT`` in the project, which git ignores:
+                    Multi30k is not redistributed with attnkit).
+
+Terms: Multi30k has no licence file; its README provides the data for non-commercial research and
+educational purposes (images under Flickr's terms). Cite Elliott et al. 2016 and, for French,
+Elliott et al. 2017; ``dataset.json`` records this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import shlex
+import sys
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+try:
+    from attnkit.data.text import write_parallel_dataset
+    from attnkit.errors import UserError, run_cli
+except ImportError:  # run from a checkout where attnkit is not installed
+    sys.path.insert(0, str(PROJECT_ROOT / "src"))
+    from attnkit.data.text import write_parallel_dataset
+    from attnkit.errors import UserError, run_cli
+
+LANGUAGES = ("en", "de", "fr")
+SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}  # our name -> Multi30k file stem
+RAW_DIR = Path("multi30k") / "task1" / "raw"
+
+SOURCE = "Multi30k task 1 raw files (https://github.com/multi30k/dataset, data/task1/raw)"
+LICENSE = (
+    "no licence file; the Multi30k README provides the data for non-commercial research and "
+    "educational purposes, and use of the Flickr30k images must follow Flickr's terms of use"
+)
+CITATION = (
+    "Elliott, Frank, Sima'an, Specia (2016): Multi30K: Multilingual English-German Image Descriptions; "
+    "Elliott, Frank, Barrault, Bougares, Specia (2017): Findings of the Second Shared Task on "
+    "Multimodal Machine Translation and Multilingual Image Description (French data)"
+)
+
+
+def default_data_root() -> Path:
+    """``$ATTNKIT_DATA``, else ``../shared/data`` beside the project root."""
+    return Path(os.environ.get("ATTNKIT_DATA") or PROJECT_ROOT.parent / "shared" / "data")
+
+
+def clean(text: str) -> str:
+    """One line of text: anything ``str.splitlines`` would break on becomes a space, then strip."""
+    return " ".join(text.splitlines()).strip()
+
+
+def read_gzip_lines(path: Path) -> list[str]:
+    """Lines of a gzip'd UTF-8 file, split on '\\n' only (so line i stays line i), cleaned."""
+    if not path.is_file():
+        raise UserError(f"Multi30k file not found: {path}")
+    try:
+        with gzip.open(path, "rb") as handle:
+            text = handle.read().decode("utf-8")
+    except (OSError, EOFError, zlib.error) as error:  # gzip.BadGzipFile is an OSError
+        raise UserError(f"cannot read {path}: {error}") from None
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path} is not UTF-8 text ({error})") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [clean(line.rstrip("\r")) for line in lines]
+
+
+def read_split(raw_dir: Path, stem: str, source: str, target: str) -> list[tuple[str, str]]:
+    sides = [read_gzip_lines(raw_dir / f"{stem}.{lang}.gz") for lang in (source, target)]
+    if len(sides[0]) != len(sides[1]):
+        raise UserError(
+            f"{raw_dir}: {stem}.{source}.gz has {len(sides[0])} lines but {stem}.{target}.gz has {len(sides[1])}"
+        )
+    for number, (src, tgt) in enumerate(zip(*sides), 1):
+        if not src or not tgt:
+            raise UserError(f"{raw_dir}: line {number} of {stem}.{source if not src else target}.gz is empty")
+    return list(zip(*sides))
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Prepare Multi30k task-1 raw files as an attnkit translation dataset (train / valid / test).",
+    )
+    parser.add_argument("--source", required=True, help="source language: en, de or fr")
+    parser.add_argument("--target", required=True, help="target language: en, de or fr")
+    parser.add_argument("--data", type=Path, default=None, help="data root holding multi30k/ (default $ATTNKIT_DATA, else ../shared/data)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default data/multi30k-SRC-TGT in the project)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = get_args_parser().parse_args(argv)
+    for role in ("source", "target"):
+        if getattr(args, role) not in LANGUAGES:
+            raise UserError(f"--{role} '{getattr(args, role)}' is not a Multi30k task-1 language; choose from {', '.join(LANGUAGES)}")
+    if args.source == args.target:
+        raise UserError(f"source and target language are both '{args.source}'")
+    root = args.data if args.data is not None else default_data_root()
+    if not root.is_dir():
+        raise UserError(f"data root not found: {root} (give --data ROOT or set ATTNKIT_DATA)")
+    raw_dir = root / RAW_DIR
+    if not raw_dir.is_dir():
+        raise UserError(f"{root} has no {RAW_DIR} folder (expected the Multi30k task-1 raw files there)")
+    out = args.out if args.out is not None else PROJECT_ROOT / "data" / f"multi30k-{args.source}-{args.target}"
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a folder")
+
+    splits = {name: read_split(raw_dir, stem, args.source, args.target) for name, stem in SPLITS.items()}
+    command = ["python", "data_scripts/prepare_multi30k.py", *(sys.argv[1:] if argv is None else argv)]
+    info = {
+        "name": f"multi30k-{args.source}-{args.target}",
+        "source": SOURCE,
+        "files": {name: f"{RAW_DIR.as_posix()}/{stem}.{{{args.source},{args.target}}}.gz" for name, stem in SPLITS.items()},
+        "license": LICENSE,
+        "citation": CITATION,
+        "command": shlex.join(command),
+        "options": {"source": args.source, "target": args.target},
+        "preprocessing": "none: raw sentences, whitespace-stripped; line i of both languages kept as a pair",
+    }
+    try:
+        write_parallel_dataset(out, (args.source, args.target), splits, info=info)
+    except OSError as error:
+        raise UserError(f"cannot write {out}: {error}") from None
+    counts = ", ".join(f"{name} {len(pairs):,}" for name, pairs in splits.items())
+    print(f"wrote {out}: {counts} pairs ({args.source}->{args.target})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,55 @@
+"""Shared fixtures: tiny sizes, CPU, no network."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # so tests can import the thin entry points in tasks/
+    sys.path.insert(0, str(ROOT))
+
+from attnkit.config import DecoderConfig, ExperimentConfig, TextEncoderConfig  # noqa: E402
+from attnkit.data.text import write_parallel_dataset  # noqa: E402
+from attnkit.model import build_translation_model  # noqa: E402
+from attnkit.vocab import Vocabulary  # noqa: E402
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+TOY_WORDS = "a b c d e f g h".split()
+
+
+def reverse_pair(rng: random.Random, shortest: int = 2, longest: int = 6) -> tuple[str, str]:
+    """Toy translation: the target is the source reversed and upper-cased (alignments cross)."""
+    words = [rng.choice(TOY_WORDS) for _ in range(rng.randint(shortest, longest))]
+    return " ".join(words), " ".join(w.upper() for w in reversed(words))
+
+
+@pytest.fixture(scope="session")
+def toy_data(tmp_path_factory) -> Path:
+    """A prepared dataset folder of the reversal task (languages 'src' and 'tgt')."""
+    rng = random.Random(0)
+    folder = tmp_path_factory.mktemp("toy")
+    splits = {"train": [reverse_pair(rng) for _ in range(1500)], "valid": [reverse_pair(rng) for _ in range(60)], "test": [reverse_pair(rng) for _ in range(60)]}
+    return write_parallel_dataset(folder, ("src", "tgt"), splits)
+
+
+@pytest.fixture
+def vocab() -> Vocabulary:
+    return Vocabulary.build([["w%d" % i for i in range(7)]])  # 4 specials + 7 words
+
+
+def tiny_config(**decoder) -> ExperimentConfig:
+    encoder = TextEncoderConfig(embedding_size=6, hidden_size=5, dropout=0.0)
+    settings = dict(embedding_size=6, hidden_size=10, attention_size=7, dropout=0.0)
+    settings.update(decoder)
+    return ExperimentConfig(encoder=encoder, decoder=DecoderConfig(**settings))
+
+
+def tiny_model(vocab: Vocabulary, seed: int = 0, **decoder):
+    torch.manual_seed(seed)
+    return build_translation_model(tiny_config(**decoder), vocab, vocab).eval()

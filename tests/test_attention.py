@@ -1,0 +1,58 @@
+import pytest
+import torch
+
+from attnkit.attention import SCORES, Attention, ConcatScore, masked_softmax
+from attnkit.errors import UserError
+
+B, T, L, Q = 3, 4, 5, 6
+
+
+@pytest.mark.parametrize("score", SCORES)
+def test_weights_sum_to_one_and_are_zero_on_padding(score):
+    torch.manual_seed(0)
+    attention = Attention(score, query_size=Q, memory_size=Q, attention_size=7)
+    memory = torch.randn(B, L, Q)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)
+    context, weights = attention(torch.randn(B, T, Q), attention.prepare_keys(memory), memory, mask)
+    assert context.shape == (B, T, Q) and weights.shape == (B, T, L)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(B, T))
+    assert (weights.masked_select(~mask.unsqueeze(1).expand_as(weights)) == 0).all()
+    # padded memory never leaks into the context
+    poisoned = memory.masked_fill(~mask.unsqueeze(-1), 1e6)
+    context_poisoned, _ = attention(torch.randn(B, T, Q).copy_(torch.zeros(B, T, Q)), attention.prepare_keys(poisoned), poisoned, mask)
+    context_clean, _ = attention(torch.zeros(B, T, Q), attention.prepare_keys(memory), memory, mask)
+    torch.testing.assert_close(context_poisoned, context_clean)
+
+
+def test_concat_score_equals_one_linear_layer_over_the_concatenation():
+    torch.manual_seed(0)
+    score = ConcatScore(query_size=Q, memory_size=4, attention_size=7)
+    query, memory = torch.randn(B, T, Q), torch.randn(B, L, 4)
+    pairs = torch.cat([query.unsqueeze(2).expand(B, T, L, Q), memory.unsqueeze(1).expand(B, T, L, 4)], -1)  # (B, T, L, Q+4)
+    literal = score.energy(torch.tanh(score.combine(pairs))).squeeze(-1)
+    torch.testing.assert_close(score(query, score.prepare_keys(memory)), literal)
+
+
+def test_scaled_dot_is_dot_over_root_d():
+    memory, query = torch.randn(B, L, Q), torch.randn(B, T, Q)
+    dot, scaled = Attention("dot", Q, Q, 1), Attention("scaled_dot", Q, Q, 1)
+    torch.testing.assert_close(scaled.score(query, memory), dot.score(query, memory) / Q**0.5)
+
+
+@pytest.mark.parametrize("score", ["dot", "scaled_dot"])
+def test_dot_scores_need_equal_sizes(score):
+    with pytest.raises(UserError, match="needs the decoder hidden size"):
+        Attention(score, query_size=4, memory_size=6, attention_size=3)
+
+
+def test_unknown_score_lists_the_valid_ones():
+    with pytest.raises(UserError, match="additive"):
+        Attention("cosine", 4, 4, 4)
+
+
+def test_masked_softmax_matches_softmax_over_real_positions():
+    scores = torch.randn(2, 1, 4)
+    mask = torch.tensor([[True, True, False, False], [True, True, True, True]])
+    weights = masked_softmax(scores, mask)
+    torch.testing.assert_close(weights[0, 0, :2], torch.softmax(scores[0, 0, :2], -1))
+    torch.testing.assert_close(weights[1], torch.softmax(scores[1], -1))

@@ -1,0 +1,102 @@
+import itertools
+
+import pytest
+import torch
+
+from attnkit.attention import SCORES
+from attnkit.data.batching import Batch, pad_sequences
+from attnkit.errors import UserError
+from attnkit.decoder import AttentionDecoder
+from conftest import tiny_config, tiny_model
+
+STYLES = [
+    dict(style="luong"),
+    dict(style="luong", input_feeding=True),
+    dict(style="bahdanau"),
+    dict(style="bahdanau", context_gate=True),
+]
+
+
+def _batch():
+    source = pad_sequences([[4, 5, 6, 7], [8, 9], [10, 4, 5]])
+    targets = pad_sequences([[2, 5, 6, 7, 3], [2, 8, 3], [2, 9, 9, 3]]).ids
+    return source, targets
+
+
+def _step_loop(decoder, encoded, inputs):
+    state = decoder.init_state(encoded)
+    logits, attention = [], []
+    for t in range(inputs.shape[1]):
+        out = decoder.step(inputs[:, t], state)
+        state = out.state
+        logits.append(out.logits)
+        attention.append(out.attention)
+    return torch.stack(logits, 1), torch.stack(attention, 1)
+
+
+@pytest.mark.parametrize("style, rnn, layers, score", list(itertools.product(range(len(STYLES)), ["gru", "lstm"], [1, 2], ["general", "additive"])))
+def test_teacher_forced_forward_equals_the_step_loop(vocab, style, rnn, layers, score):
+    model = tiny_model(vocab, rnn=rnn, num_layers=layers, score=score, **STYLES[style])
+    source, targets = _batch()
+    encoded = model.encode(source)
+    output = model.decoder(encoded, targets[:, :-1])
+    logits, attention = _step_loop(model.decoder, encoded, targets[:, :-1])
+    torch.testing.assert_close(output.logits, logits)
+    torch.testing.assert_close(output.attention, attention)
+
+
+def test_luong_without_input_feeding_takes_the_parallel_path(vocab):
+    assert tiny_model(vocab, style="luong").decoder.unrolls_in_parallel
+    assert not tiny_model(vocab, style="luong", input_feeding=True).decoder.unrolls_in_parallel
+    assert not tiny_model(vocab, style="bahdanau").decoder.unrolls_in_parallel
+
+
+@pytest.mark.parametrize("score", SCORES)
+def test_every_score_drives_the_decoder(vocab, score):
+    size = 10  # dot scores need the memory size (2 x 5, bidirectional) to equal the hidden size
+    model = tiny_model(vocab, score=score, hidden_size=size)
+    source, targets = _batch()
+    output = model(Batch(source, targets, torch.arange(3)))
+    assert output.logits.shape == (3, targets.shape[1] - 1, len(vocab))
+    torch.testing.assert_close(output.attention.sum(-1), torch.ones(3, targets.shape[1] - 1))
+    assert (output.attention[1, :, 2:] == 0).all()
+
+
+def test_teacher_forcing_zero_feeds_the_models_own_predictions(vocab):
+    model = tiny_model(vocab, style="bahdanau")
+    source, targets = _batch()
+    encoded = model.encode(source)
+    free = model.decoder(encoded, targets[:, :-1], teacher_forcing=0.0)
+    # Re-run teacher-forced on the model's own argmax sequence: identical logits.
+    own = torch.cat([targets[:, :1], free.logits.argmax(-1)[:, :-1]], 1)
+    forced = model.decoder(encoded, own)
+    torch.testing.assert_close(free.logits, forced.logits)
+
+
+def test_tied_embeddings_share_one_matrix(vocab):
+    model = tiny_model(vocab, tie_embeddings=True)
+    assert model.decoder.output.weight is model.decoder.embedding.weight
+    assert model.decoder.readout_size == model.decoder.config.embedding_size
+
+
+def test_lstm_bridge_initialises_hidden_and_cell(vocab):
+    model = tiny_model(vocab, rnn="lstm", num_layers=2)
+    state = model.decoder.init_state(model.encode(_batch()[0]))
+    assert state.hidden.shape == state.cell.shape == (2, 3, 10)
+    zeros = tiny_model(vocab, rnn="lstm", init="zeros").decoder.init_state(model.encode(_batch()[0]))
+    assert zeros.hidden.abs().sum() == 0 and zeros.cell.abs().sum() == 0
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(style="bahdanau", input_feeding=True), "luong style only"),
+        (dict(style="luong", context_gate=True), "bahdanau style only"),
+        (dict(rnn="rnn"), "decoder.rnn"),
+        (dict(style="transformer"), "decoder.style"),
+        (dict(init="random"), "decoder.init"),
+    ],
+)
+def test_inconsistent_decoder_settings_are_user_errors(settings, message):
+    with pytest.raises(UserError, match=message):
+        AttentionDecoder(tiny_config(**settings).decoder, vocab_size=11, memory_size=10, init_size=10)

@@ -1,0 +1,92 @@
+import pytest
+import torch
+
+from attnkit.data.batching import pad_sequences
+from attnkit.search import beam_search, greedy_search, length_penalty
+from attnkit.vocab import Vocabulary
+from conftest import tiny_model
+
+BOS, EOS = Vocabulary.bos_index, Vocabulary.eos_index
+SOURCES = [[4, 5, 6, 7, 8], [9, 10], [5, 5, 6], [10, 9, 8, 7]]
+STYLES = [dict(style="luong"), dict(style="luong", input_feeding=True, rnn="lstm"), dict(style="bahdanau", context_gate=True)]
+
+
+def _trained_like(vocab, seed=0, **settings):
+    """A random tiny model whose <eos> is likely enough that hypotheses end at different lengths."""
+    model = tiny_model(vocab, seed=seed, **settings)
+    with torch.no_grad():
+        model.decoder.output.bias[EOS] += 1.5
+    return model
+
+
+@pytest.mark.parametrize("settings", STYLES)
+def test_beam_size_one_equals_greedy(vocab, settings):
+    model = _trained_like(vocab, **settings)
+    encoded = model.encode(pad_sequences(SOURCES))
+    greedy = greedy_search(model.decoder, encoded, BOS, EOS, max_length=12)
+    beam = beam_search(model.decoder, encoded, BOS, EOS, beam_size=1, max_length=12, alpha=0.0)
+    for g, (b,) in zip(greedy, beam):
+        assert g.tokens == b.tokens and g.finished == b.finished
+        assert g.log_prob == pytest.approx(b.log_prob, abs=1e-5)
+        torch.testing.assert_close(g.attention, b.attention)
+
+
+@pytest.mark.parametrize("settings", STYLES)
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_padded_batch_decodes_like_each_sentence_alone(vocab, settings, beam_size):
+    model = _trained_like(vocab, **settings)
+    batch = beam_search(model.decoder, model.encode(pad_sequences(SOURCES)), BOS, EOS, beam_size, max_length=10, n_best=beam_size)
+    for source, together in zip(SOURCES, batch):
+        alone = beam_search(model.decoder, model.encode(pad_sequences([source])), BOS, EOS, beam_size, max_length=10, n_best=beam_size)[0]
+        assert [h.tokens for h in together] == [h.tokens for h in alone]
+        for a, b in zip(together, alone):
+            assert a.score == pytest.approx(b.score, abs=1e-5)
+            assert a.attention.shape == (len(a.tokens) + a.finished, len(source))
+            torch.testing.assert_close(a.attention, b.attention, atol=1e-5, rtol=1e-4)
+
+
+def test_greedy_batch_equals_one_at_a_time(vocab):
+    model = _trained_like(vocab)
+    batch = greedy_search(model.decoder, model.encode(pad_sequences(SOURCES)), BOS, EOS, max_length=10)
+    for source, together in zip(SOURCES, batch):
+        alone = greedy_search(model.decoder, model.encode(pad_sequences([source])), BOS, EOS, max_length=10)[0]
+        assert together.tokens == alone.tokens
+        torch.testing.assert_close(together.attention, alone.attention, atol=1e-5, rtol=1e-4)
+
+
+def test_no_hypothesis_ends_gives_the_best_unfinished_one(vocab):
+    model = tiny_model(vocab)
+    with torch.no_grad():
+        model.decoder.output.bias[EOS] = -1e4  # <eos> can never win
+    encoded = model.encode(pad_sequences(SOURCES[:2]))
+    for hypotheses in beam_search(model.decoder, encoded, BOS, EOS, beam_size=3, max_length=6, n_best=2):
+        assert len(hypotheses) == 2
+        assert all(not h.finished and len(h.tokens) == 6 and h.attention.shape[0] == 6 for h in hypotheses)
+        assert hypotheses[0].score >= hypotheses[1].score
+    for hypothesis in greedy_search(model.decoder, encoded, BOS, EOS, max_length=6):
+        assert not hypothesis.finished and len(hypothesis.tokens) == 6
+
+
+def test_per_sentence_length_limits(vocab):
+    model = tiny_model(vocab)
+    with torch.no_grad():
+        model.decoder.output.bias[EOS] = -1e4
+    encoded = model.encode(pad_sequences(SOURCES[:2]))
+    limits = torch.tensor([3, 5])
+    assert [len(h.tokens) for h in greedy_search(model.decoder, encoded, BOS, EOS, limits)] == [3, 5]
+    assert [len(h[0].tokens) for h in beam_search(model.decoder, encoded, BOS, EOS, 2, limits)] == [3, 5]
+
+
+def test_n_best_is_sorted_and_attention_rows_sum_to_one(vocab):
+    model = _trained_like(vocab, seed=3)
+    results = beam_search(model.decoder, model.encode(pad_sequences(SOURCES)), BOS, EOS, beam_size=4, max_length=8, n_best=3)
+    for hypotheses in results:
+        scores = [h.score for h in hypotheses]
+        assert scores == sorted(scores, reverse=True) and len(hypotheses) == 3
+        for h in hypotheses:
+            torch.testing.assert_close(h.attention.sum(-1), torch.ones(h.attention.shape[0]))
+
+
+def test_length_penalty_follows_gnmt():
+    assert length_penalty(1, 0.0) == 1.0
+    assert length_penalty(7, 1.0) == pytest.approx(2.0)
