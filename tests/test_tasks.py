@@ -1,0 +1,100 @@
+"""The entry points in tasks/, end to end on a tiny model, and their answers to bad input."""
+
+import json
+
+import pytest
+import torch
+
+from attnkit.checkpoint import load_checkpoint, save_checkpoint
+from attnkit.errors import run_cli
+from tasks import evaluate, train, translate
+
+TINY = ["--config", "tasks/configs/tiny.yaml", "--no-progress", "--set", "train.epochs=1", "--set", "data.tokenizer.lowercase=false"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(toy_data, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("run")
+    assert run_cli(train.main, [*TINY, "--set", f"data.path={toy_data}", "--set", f"output_dir={run_dir}"]) == 0
+    assert {"best.pt", "last.pt", "config.yaml", "log.jsonl"} <= {p.name for p in run_dir.iterdir()}
+    return run_dir / "best.pt"
+
+
+@pytest.fixture(autouse=True)
+def project_root(monkeypatch):
+    from conftest import ROOT
+
+    monkeypatch.chdir(ROOT)
+
+
+def test_translate_sentences_and_write_attention(checkpoint, tmp_path, capsys):
+    png = tmp_path / "attention.png"
+    assert run_cli(translate.main, ["--checkpoint", str(checkpoint), "--attention-png", str(png), "a b c"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1
+    assert png.stat().st_size > 1000
+
+
+def test_translate_from_a_file_and_stdin_with_n_best(checkpoint, tmp_path, capsys, monkeypatch):
+    (tmp_path / "in.txt").write_text("a b\nc d e\n")
+    assert run_cli(translate.main, ["--checkpoint", str(checkpoint), "--input", str(tmp_path / "in.txt"), "--beam", "3"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("a b\n"))
+    assert run_cli(translate.main, ["--checkpoint", str(checkpoint), "--beam", "3", "--n-best", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all(line.startswith("1\t") for line in lines)
+
+
+def test_evaluate_prints_bleu_and_chrf_json(checkpoint, toy_data, capsys, tmp_path):
+    assert run_cli(evaluate.main, ["--checkpoint", str(checkpoint), "--split", "test", "--beam", "2"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert {"bleu", "chrf", "bleu_signature", "sentences"} <= set(scores) and scores["sentences"] == 60
+    source, reference = toy_data / "test.src", toy_data / "test.tgt"
+    assert run_cli(evaluate.main, ["--checkpoint", str(checkpoint), "--source", str(source), "--reference", str(reference), "--limit", "5"]) == 0
+    assert json.loads(capsys.readouterr().out)["sentences"] == 5
+
+
+def test_bad_sentences_get_a_message_and_the_others_are_translated(checkpoint, capsys):
+    code = run_cli(translate.main, ["--checkpoint", str(checkpoint), "a b", "", "zz yy", "a " * 80])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.out.splitlines()[1:3] == ["", ""] and captured.out.splitlines()[0] and captured.out.splitlines()[3]
+    assert "sentence 2: empty sentence" in captured.err
+    assert "sentence 3: every word of the sentence is unknown" in captured.err
+    assert "sentence 4 has more than 50 words" in captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_bad_input_is_one_clear_message_and_a_nonzero_exit(checkpoint, tmp_path, capsys):
+    other_task = tmp_path / "caption.pt"
+    loaded = load_checkpoint(checkpoint)
+    save_checkpoint(other_task, type(loaded)("captioning", loaded.config, loaded.vocabularies, loaded.model))
+    (tmp_path / "bad.yaml").write_text("train:\n  epochz: 3\n")
+    cases = [
+        (translate.main, ["--checkpoint", str(tmp_path / "missing.pt"), "a"], "checkpoint not found"),
+        (translate.main, ["--checkpoint", str(other_task), "a"], "'captioning' checkpoint"),
+        (evaluate.main, ["--checkpoint", str(other_task), "--split", "test"], "'captioning' checkpoint"),
+        (train.main, ["--config", str(tmp_path / "bad.yaml")], "unknown config key train.epochz; valid keys in train: batch_size"),
+        (train.main, [*TINY, "--set", f"data.path={tmp_path / 'nowhere'}"], "data folder not found"),
+        (train.main, [], "give --config"),
+        (evaluate.main, ["--checkpoint", str(checkpoint), "--split", "nosuchsplit"], "no split 'nosuchsplit'"),
+        (translate.main, ["--checkpoint", str(checkpoint), "--input", str(tmp_path / "absent.txt")], "file not found"),
+    ]
+    for main, argv, message in cases:
+        assert run_cli(main, argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+
+
+def test_train_refuses_to_overwrite_and_resumes(checkpoint, capsys):
+    run_dir = checkpoint.parent
+    config = f"output_dir={run_dir}"
+    before = (run_dir / "last.pt").read_bytes()
+    assert run_cli(train.main, [*TINY, "--set", f"data.path={load_checkpoint(checkpoint).config['data']['path']}", "--set", config]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert (run_dir / "last.pt").read_bytes() == before
+    assert run_cli(train.main, ["--resume", str(run_dir / "last.pt"), "--no-progress", "--set", "train.epochs=2"]) == 0
+    assert load_checkpoint(run_dir / "last.pt").training["progress"]["epoch"] == 2
+    assert torch.load(run_dir / "best.pt", weights_only=True)["task"] == "translation"

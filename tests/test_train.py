@@ -1,0 +1,133 @@
+"""The trainer and the translation recipe on the toy reversal task."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from attnkit.checkpoint import load_checkpoint
+from attnkit.config import ExperimentConfig, apply_overrides, from_dict, load_config
+from attnkit.data.text import read_parallel
+from attnkit.translation import Translator, train_translation
+from attnkit.errors import UserError
+from attnkit.train import resolve_device, resolve_precision
+
+LEARNS = [
+    "encoder.embedding_size=16", "encoder.hidden_size=32", "encoder.dropout=0.0",
+    "decoder.embedding_size=16", "decoder.hidden_size=64", "decoder.attention_size=32", "decoder.dropout=0.0",
+    "data.tokenizer.kind=space", "data.tokenizer.lowercase=false",
+    "train.batch_size=32", "train.lr=0.01", "train.patience=0", "search.beam_size=1",
+]  # fmt: skip
+
+
+def toy_config(toy_data, run_dir, *overrides):
+    return load_config(None, [f"data.path={toy_data}", f"output_dir={run_dir}", *LEARNS, *overrides])
+
+
+@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+def test_a_tiny_model_learns_to_reverse(toy_data, tmp_path, style):
+    extra = ["decoder.score=additive", "decoder.rnn=lstm"] if style == "bahdanau" else []
+    config = toy_config(toy_data, tmp_path, "train.epochs=8", f"decoder.style={style}", *extra)
+    train_translation(config, progress_bar=False, log=lambda _: None)
+    translator = Translator.from_checkpoint(tmp_path / "best.pt", device="cpu")
+    pairs = read_parallel(toy_data, "test", "src", "tgt")
+    outputs = translator.translate([s for s, _ in pairs], beam_size=1)
+    exact = sum(best[0].text == reference for best, (_, reference) in zip(outputs, pairs)) / len(pairs)
+    assert exact >= 0.95, f"only {exact:.0%} exact reversals"
+
+
+def test_resume_continues_exactly_where_the_run_stopped(toy_data, tmp_path):
+    quiet = dict(progress_bar=False, log=lambda _: None)
+    straight = toy_config(toy_data, tmp_path / "straight", "train.epochs=3")
+    train_translation(straight, **quiet)
+
+    interrupted = toy_config(toy_data, tmp_path / "resumed", "train.epochs=2")
+    train_translation(interrupted, **quiet)
+    last = load_checkpoint(tmp_path / "resumed" / "last.pt")
+    continued = from_dict(ExperimentConfig, apply_overrides(last.config, ["train.epochs=3"]))
+    train_translation(continued, resume=last, **quiet)
+
+    a = load_checkpoint(tmp_path / "straight" / "last.pt")
+    b = load_checkpoint(tmp_path / "resumed" / "last.pt")
+    for name in a.model:
+        torch.testing.assert_close(a.model[name], b.model[name], msg=name)
+    log = [json.loads(line) for line in (tmp_path / "resumed" / "log.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in log] == [1, 2, 3]
+    assert {"train_loss", "train_ppl", "train_tokens_per_s", "lr", "valid", "best", "epoch_seconds"} <= set(log[-1])
+    assert b.training["progress"]["epoch"] == 3
+
+
+def test_an_existing_run_is_not_overwritten(toy_data, tmp_path):
+    config = toy_config(toy_data, tmp_path, "train.epochs=1")
+    train_translation(config, progress_bar=False, log=lambda _: None)
+    before = (tmp_path / "last.pt").read_bytes()
+    with pytest.raises(UserError, match="already holds a run"):
+        train_translation(config, progress_bar=False, log=lambda _: None)
+    assert (tmp_path / "last.pt").read_bytes() == before
+
+
+def test_bf16_autocast_trains_on_cpu(toy_data, tmp_path):
+    config = toy_config(toy_data, tmp_path, "train.epochs=1", "train.precision=bf16", "train.valid_max_examples=10")
+    train_translation(config, progress_bar=False, log=lambda _: None)
+    record = json.loads((tmp_path / "log.jsonl").read_text())
+    assert torch.isfinite(torch.tensor(record["train_loss"]))
+
+
+def test_device_and_precision_resolution():
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_precision("auto", torch.device("cpu")) == torch.float32
+    assert resolve_precision("bf16", torch.device("cpu")) == torch.bfloat16
+    with pytest.raises(UserError, match="precision"):
+        resolve_precision("fp8", torch.device("cpu"))
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match="CUDA is not available"):
+            resolve_device("cuda")
+    with pytest.raises(UserError, match="unknown device"):
+        resolve_device("tpu")
+
+
+def _distributed_worker(rank, world_size, port, toy_data, run_dir):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+
+    from attnkit.data.text import collate_pairs
+    from attnkit.model import Seq2SeqObjective, build_translation_model
+    from attnkit.train import CheckpointContents, Trainer
+    from attnkit.translation import TextPipeline
+
+    config = toy_config(toy_data, run_dir, "train.epochs=2", "train.device=cpu")
+    pairs = read_parallel(toy_data, "train", "src", "tgt")
+    pipeline = TextPipeline.build(config, pairs, "src", "tgt")
+    torch.manual_seed(rank)  # different initial weights per rank: DDP must broadcast rank 0's
+    model = build_translation_model(config, pipeline.source_vocab, pipeline.target_vocab)
+    trainer = Trainer(
+        model, Seq2SeqObjective(), pipeline.encode_pairs(pairs, 50, 50), collate_pairs, lambda m: {"score": 0.0},
+        config.train, run_dir, CheckpointContents("translation", {}, {}), progress_bar=False, log=lambda _: None,
+    )  # fmt: skip
+    trainer.fit()
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    gathered = [torch.zeros_like(flat) for _ in range(world_size)]
+    dist.all_gather(gathered, flat)
+    if rank == 0:
+        torch.save({"same": all(torch.equal(gathered[0], g) for g in gathered), "batches": len(trainer.loader)}, run_dir / "result.pt")
+    dist.destroy_process_group()
+
+
+def test_distributed_data_parallel_with_gloo(toy_data, tmp_path):
+    """Two CPU processes (gloo) train one model: identical weights on both ranks, half the batches each."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_distributed_worker, args=(2, port, str(toy_data), tmp_path), nprocs=2, join=True)
+    result = torch.load(tmp_path / "result.pt")
+    assert result["same"], "ranks diverged"
+    assert result["batches"] == 1500 // 32 // 2
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in log] == [1, 2], "only rank 0 writes the log"
+    assert log[-1]["train_loss"] < log[0]["train_loss"]
