@@ -7,7 +7,7 @@ import torch
 
 from attnkit.checkpoint import load_checkpoint, save_checkpoint
 from attnkit.errors import run_cli
-from tasks import evaluate, train, translate
+from tasks import demo, evaluate, train, translate
 
 TINY = ["--config", "tasks/configs/tiny.yaml", "--no-progress", "--set", "train.epochs=1", "--set", "data.tokenizer.lowercase=false"]
 
@@ -98,3 +98,13 @@ def test_train_refuses_to_overwrite_and_resumes(checkpoint, capsys):
     assert run_cli(train.main, ["--resume", str(run_dir / "last.pt"), "--no-progress", "--set", "train.epochs=2"]) == 0
     assert load_checkpoint(run_dir / "last.pt").training["progress"]["epoch"] == 2
     assert torch.load(run_dir / "best.pt", weights_only=True)["task"] == "translation"
+
+
+def test_demo_runs_on_the_embedded_corpus_and_lists_its_outputs(tmp_path, capsys):
+    run_dir = tmp_path / "demo"
+    argv = ["--config", "tasks/configs/tiny.yaml", "--no-progress", "--set", "train.epochs=1", "--set", f"output_dir={run_dir}"]
+    assert run_cli(demo.main, argv) == 0
+    out = capsys.readouterr().out
+    for name in ["best.pt", "log.jsonl", "translations.txt", "attention.png", "test_scores.json"]:
+        assert (run_dir / name).stat().st_size > 0 and str(run_dir / name) in out
+    assert json.loads((run_dir / "test_scores.json").read_text())["sentences"] == 500
