@@ -100,3 +100,19 @@ def test_lstm_bridge_initialises_hidden_and_cell(vocab):
 def test_inconsistent_decoder_settings_are_user_errors(settings, message):
     with pytest.raises(UserError, match=message):
         AttentionDecoder(tiny_config(**settings).decoder, vocab_size=11, memory_size=10, init_size=10)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_objective_equals_torch_cross_entropy_and_counts_only_real_tokens(vocab, smoothing):
+    import torch.nn.functional as F
+
+    from attnkit.model import Seq2SeqObjective
+
+    model = tiny_model(vocab)
+    source, targets = _batch()
+    batch = Batch(source, targets, torch.arange(3))
+    out = Seq2SeqObjective(label_smoothing=smoothing)(model, batch)
+    logits, gold = model(batch).logits.flatten(0, 1), targets[:, 1:].flatten()
+    assert torch.allclose(out.loss, F.cross_entropy(logits, gold, ignore_index=0, label_smoothing=smoothing))
+    assert torch.allclose(out.nll_sum, F.cross_entropy(logits, gold, ignore_index=0, reduction="sum"))
+    assert int(out.tokens) == 4 + 2 + 3

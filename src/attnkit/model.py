@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.config import ExperimentConfig
@@ -46,8 +45,9 @@ def build_translation_model(config: ExperimentConfig, source_vocab: Vocabulary, 
 @dataclass(frozen=True)
 class LossOutput:
     loss: Tensor  # scalar to minimise: mean (smoothed) token cross-entropy + attention regulariser
-    nll_sum: float  # summed unsmoothed token negative log-likelihood, for perplexity
-    tokens: int  # predicted target tokens in the batch
+    nll_sum: Tensor  # detached scalar: summed unsmoothed token negative log-likelihood, for perplexity
+    tokens: Tensor  # detached scalar: predicted target tokens in the batch
+    # Statistics stay tensors so the trainer can add them up without a device sync every batch.
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,18 @@ class Seq2SeqObjective:
     def __call__(self, model: nn.Module, batch: Batch) -> LossOutput:
         output: DecoderOutput = model(batch, teacher_forcing=self.teacher_forcing)
         gold = batch.target[:, 1:]  # (B, T)
-        logits = output.logits.float().flatten(0, 1)  # (B*T, V)
-        loss = F.cross_entropy(logits, gold.flatten(), ignore_index=self.pad_index, label_smoothing=self.label_smoothing)
-        with torch.no_grad():
-            nll_sum = F.cross_entropy(logits, gold.flatten(), ignore_index=self.pad_index, reduction="sum").item()
+        is_token = gold != self.pad_index  # (B, T)
+        tokens = is_token.sum()
+        # One log-softmax serves the loss and the perplexity (the output layer dominates training time).
+        log_probs = output.logits.float().log_softmax(-1)  # (B, T, V)
+        nll = -log_probs.gather(-1, gold.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        token_loss = nll
+        if self.label_smoothing > 0:  # as F.cross_entropy: (1 - eps) * nll + eps * mean over the vocabulary of -log p
+            token_loss = (1.0 - self.label_smoothing) * nll - self.label_smoothing * log_probs.mean(-1)
+        loss = (token_loss * is_token).sum() / tokens.clamp(min=1)
         if self.attention_regularization > 0:
-            loss = loss + self.attention_regularization * doubly_stochastic_penalty(output, gold != self.pad_index)
-        return LossOutput(loss, nll_sum, int((gold != self.pad_index).sum()))
+            loss = loss + self.attention_regularization * doubly_stochastic_penalty(output, is_token)
+        return LossOutput(loss, (nll.detach() * is_token).sum(), tokens)
 
 
 def doubly_stochastic_penalty(output: DecoderOutput, target_mask: Tensor) -> Tensor:

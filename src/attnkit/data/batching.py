@@ -68,9 +68,11 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
     """Batches of similar length: shuffle, sort within pools of ``pool_factor`` batches, cut, shuffle batches.
 
     Similar lengths waste little compute on padding; the pools keep epochs random.
+    ``lengths`` holds one sort key per example: a length, or a tuple such as
+    (target length, source length).
     """
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, shuffle: bool = True, pool_factor: int = 50, seed: int = 0):
+    def __init__(self, lengths: Sequence[Any], batch_size: int, shuffle: bool = True, pool_factor: int = 50, seed: int = 0):
         self.lengths = list(lengths)
         self.batch_size = batch_size
         self.shuffle = shuffle

@@ -125,9 +125,13 @@ class ParallelTextDataset(torch.utils.data.Dataset):
         return index, self.source_ids[index], self.target_ids[index]
 
     @property
-    def lengths(self) -> list[int]:
-        """Sort key for bucketing: the longer side of each pair."""
-        return [max(len(s), len(t)) for s, t in zip(self.source_ids, self.target_ids)]
+    def lengths(self) -> list[tuple[int, int]]:
+        """Sort key for bucketing: target length, then source length.
+
+        Target first because the decoder and its output layer cost the most per
+        step; the batches then carry almost no target padding and little source padding.
+        """
+        return [(len(t), len(s)) for s, t in zip(self.source_ids, self.target_ids)]
 
 
 def collate_pairs(examples: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> Batch:
