@@ -67,6 +67,15 @@ def test_an_existing_run_is_not_overwritten(toy_data, tmp_path):
     assert (tmp_path / "last.pt").read_bytes() == before
 
 
+def test_time_budget_stops_before_an_epoch_that_would_overrun(toy_data, tmp_path):
+    config = toy_config(toy_data, tmp_path, "train.epochs=5", "train.max_minutes=0.0001", "train.valid_max_examples=10")
+    progress = train_translation(config, progress_bar=False, log=lambda _: None)
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert progress.epoch == 1 and [r.get("stop") for r in log] == ["time budget"]
+    saved = load_checkpoint(tmp_path / "last.pt").training["progress"]
+    assert saved["stop_reason"] == "time budget" and saved["seconds"] == pytest.approx(log[0]["epoch_seconds"], abs=0.01)
+
+
 def test_bf16_autocast_trains_on_cpu(toy_data, tmp_path):
     config = toy_config(toy_data, tmp_path, "train.epochs=1", "train.precision=bf16", "train.valid_max_examples=10")
     train_translation(config, progress_bar=False, log=lambda _: None)

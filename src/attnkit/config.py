@@ -79,6 +79,7 @@ class TrainConfig:
     lr_factor: float = 0.5
     min_lr: float = 1e-5
     patience: int = 5  # early stopping: validations without improvement before training stops (0: never)
+    max_minutes: float = 0.0  # time budget: no epoch starts that would, at the last epoch's pace, end past it (0: none)
     valid_beam_size: int = 1  # beam used by validation decoding (1: greedy)
     valid_max_examples: int = 0  # decode at most this many validation examples (0: all)
     device: str = "auto"  # auto (cuda when present) | cpu | cuda | cuda:N

@@ -17,7 +17,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +124,9 @@ class TrainingProgress:
     step: int = 0  # optimizer steps taken
     best_score: float = -math.inf
     bad_epochs: int = 0  # validations since the best one
-    stopped_early: bool = False
+    stopped: bool = False
+    seconds: float = 0.0  # wall time of the completed epochs, validation included (kept across --resume)
+    stop_reason: str = ""  # "" while running or after the last epoch; "early stopping" or "time budget"
 
 
 @dataclass(frozen=True)
@@ -209,23 +211,22 @@ class Trainer:
         if training.get("scaler"):
             self.scaler.load_state_dict(training["scaler"])
         torch.set_rng_state(training["torch_rng"])
-        self.progress = TrainingProgress(**training["progress"])
+        # Resuming is a request to go on: a saved stop is decided afresh after the next epoch
+        # (with the possibly raised epochs, patience or max_minutes of the resumed config).
+        self.progress = replace(TrainingProgress(**training["progress"]), stopped=False, stop_reason="")
 
     # -- the loop --------------------------------------------------------------------------------------
     def fit(self) -> TrainingProgress:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        while self.progress.epoch < self.config.epochs and not self.progress.stopped_early:
+        while self.progress.epoch < self.config.epochs and not self.progress.stopped:
             epoch = self.progress.epoch + 1
             started = time.perf_counter()
             train_stats = self.train_epoch(epoch)
             record: dict[str, Any] = {"epoch": epoch, "step": self.progress.step, **train_stats}
             record["lr"] = self.optimizer.param_groups[0]["lr"]
-            stop = self.end_of_epoch(record)
-            record["epoch_seconds"] = round(time.perf_counter() - started, 2)
+            self.end_of_epoch(record, started)
             if self.distributed.is_main:
                 self._append_log(record)
-            if stop:
-                self.progress.stopped_early = True
         return self.progress
 
     def train_epoch(self, epoch: int) -> dict[str, float]:
@@ -266,9 +267,8 @@ class Trainer:
             "train_tokens_per_s": round(tokens / seconds, 1),
         }
 
-    def end_of_epoch(self, record: dict[str, Any]) -> bool:
-        """Validate, step the LR schedule, save checkpoints; returns True to stop early."""
-        stop = False
+    def end_of_epoch(self, record: dict[str, Any], started: float) -> None:
+        """Validate, step the LR schedule, decide whether to stop, save checkpoints (rank 0; the others follow)."""
         if self.distributed.is_main:
             self.model.eval()
             with torch.no_grad(), autocast(self.device, self.dtype):
@@ -278,13 +278,22 @@ class Trainer:
             self.scheduler.step(score)
             improved = score > self.progress.best_score
             record["best"] = improved
-            self.progress.epoch = record["epoch"]
+            progress = self.progress
+            progress.epoch = record["epoch"]
             if improved:
-                self.progress.best_score, self.progress.bad_epochs = score, 0
+                progress.best_score, progress.bad_epochs = score, 0
             else:
-                self.progress.bad_epochs += 1
-            stop = self.config.patience > 0 and self.progress.bad_epochs >= self.config.patience
-            self.progress.stopped_early = stop
+                progress.bad_epochs += 1
+            epoch_seconds = time.perf_counter() - started
+            progress.seconds += epoch_seconds
+            record["epoch_seconds"] = round(epoch_seconds, 2)
+            if self.config.patience > 0 and progress.bad_epochs >= self.config.patience:
+                progress.stop_reason = "early stopping"
+            elif self._next_epoch_overruns(epoch_seconds):
+                progress.stop_reason = "time budget"
+            progress.stopped = bool(progress.stop_reason)
+            if progress.stop_reason:
+                record["stop"] = progress.stop_reason
             checkpoint = self.checkpoint()
             save_checkpoint(self.run_dir / "last.pt", checkpoint)
             if improved:
@@ -294,6 +303,7 @@ class Trainer:
                 f"{record['train_tokens_per_s']:.0f} tok/s, valid "
                 + ", ".join(f"{k} {v}" for k, v in metrics.items() if isinstance(v, (int, float)))
                 + (" (best)" if improved else "")
+                + (f"; stopping ({progress.stop_reason})" if progress.stop_reason else "")
             )
         if self.distributed.enabled:
             shared = [self.progress, self.optimizer.param_groups[0]["lr"]]
@@ -301,8 +311,12 @@ class Trainer:
             self.progress, lr = shared
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-            stop = self.progress.stopped_early
-        return stop
+
+    def _next_epoch_overruns(self, last_epoch_seconds: float) -> bool:
+        """True when one more epoch as long as the last would end past ``max_minutes`` of training."""
+        if self.config.max_minutes <= 0 or self.progress.epoch >= self.config.epochs:
+            return False
+        return self.progress.seconds + last_epoch_seconds > self.config.max_minutes * 60
 
     def _append_log(self, record: dict[str, Any]) -> None:
         with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as log:
