@@ -45,10 +45,7 @@ says so when it sees other work just before starting (``busy_cores_before``).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import random
 import sys
 import tempfile
@@ -65,6 +62,7 @@ from attnkit.data.text import ParallelTextDataset, collate_pairs
 from attnkit.model import Seq2SeqObjective, build_translation_model
 from attnkit.train import CheckpointContents, Trainer
 from attnkit.vocab import SPECIALS, Vocabulary
+from machine import busy_cores, machine_info, processor_name, usable_cores, utc_now
 
 PAIRS = 5318
 SOURCE_VOCAB = 2579
@@ -260,43 +258,6 @@ def bench_attnkit(sources, targets, seed: int, threads: int, warmup_batches: int
 
 
 # -- report --------------------------------------------------------------------------------------
-def processor_name() -> str:
-    name = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return name or platform.machine()
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def busy_cores(seconds: float = 1.0) -> float | None:
-    """Cores kept busy by other work during ``seconds`` before we start (from /proc/stat); None where unknown."""
-
-    def sample() -> tuple[int, int]:
-        fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-        return sum(fields[:8]), idle
-
-    try:
-        total_0, idle_0 = sample()
-        time.sleep(seconds)
-        total_1, idle_1 = sample()
-    except (OSError, IndexError, ValueError):  # not Linux
-        return None
-    if total_1 == total_0:
-        return None
-    return round((1 - (idle_1 - idle_0) / (total_1 - total_0)) * (os.cpu_count() or 1), 2)
-
-
 def main(argv: list[str] | None = None) -> dict:
     args = get_args_parser().parse_args(argv)
     threads = args.threads or usable_cores()
@@ -362,17 +323,8 @@ def main(argv: list[str] | None = None) -> dict:
         "seed": args.seed,
         "threads": threads,
         "busy_cores_before": busy_before,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "machine": {
-            "processor": processor_name(),
-            "platform_processor": platform.processor(),
-            "arch": platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "usable_cores": usable_cores(),
-            "system": platform.platform(),
-        },
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "date": utc_now(),
     }
     print(json.dumps(result))
     return result

@@ -20,6 +20,7 @@ from pathlib import Path
 from attnkit.config import load_config
 from attnkit.data.text import read_parallel, resolve_languages
 from attnkit.errors import run_cli
+from attnkit.files import write_text_atomic
 from attnkit.translation import Translator, train_translation
 from attnkit.viz import plot_attention_matrix
 from attnkit.vocab import EOS
@@ -54,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for (source, reference), (best, *_) in zip(shown, results):
         lines += [f"{source_lang}:  {source}", f"out: {best.text}", f"ref: {reference}", ""]
     print("\n".join(lines))
-    (run_dir / "translations.txt").write_text("\n".join(lines), encoding="utf-8")
+    write_text_atomic(run_dir / "translations.txt", "\n".join(lines))
 
     example = max((r[0] for r in results if not r[0].error), key=lambda t: len(t.source_words))
     attention_png = plot_attention_matrix(
@@ -63,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print(f"3/3 scoring all {len(test_pairs)} test sentences")
     scores = translator.evaluate(test_pairs)
-    (run_dir / "test_scores.json").write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(run_dir / "test_scores.json", json.dumps(scores, indent=2) + "\n")
     print(f"test BLEU {scores['bleu']}  chrF {scores['chrf']}  ({scores['bleu_signature']})")
     print(f"\ndone in {time.perf_counter() - started:.0f} s. Outputs:")
     for name, what in [

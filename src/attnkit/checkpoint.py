@@ -10,7 +10,6 @@ so a crash mid-write never leaves a half-written checkpoint.
 
 from __future__ import annotations
 
-import os
 import pickle
 import zipfile
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ import torch
 
 from attnkit import __version__
 from attnkit.errors import UserError
+from attnkit.files import atomic_path
 
 FORMAT = "attnkit-checkpoint"
 FORMAT_VERSION = 1
@@ -49,12 +49,8 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> Path:
         "model": checkpoint.model,
         "training": checkpoint.training,
     }
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with atomic_path(path) as temporary:
         torch.save(payload, temporary)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
     return path
 
 

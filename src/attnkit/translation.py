@@ -21,6 +21,7 @@ from attnkit.config import ExperimentConfig, SearchConfig, from_dict, save_confi
 from attnkit.data.batching import pad_sequences
 from attnkit.data.text import ParallelTextDataset, collate_pairs, read_parallel, resolve_languages
 from attnkit.errors import UserError
+from attnkit.files import write_text_atomic
 from attnkit.metrics import translation_scores
 from attnkit.model import EncoderDecoder, Seq2SeqObjective, build_translation_model
 from attnkit.search import beam_search, greedy_search, max_steps
@@ -177,12 +178,19 @@ class Translator:
             truncated=truncated,
         )
 
-    def evaluate(self, pairs: list[tuple[str, str]], beam_size: int | None = None, batch_size: int = 64) -> dict:
-        """sacreBLEU BLEU and chrF of the translations of ``pairs`` against their references."""
+    def evaluate(
+        self, pairs: list[tuple[str, str]], beam_size: int | None = None, batch_size: int = 64, hypotheses_file: str | Path | None = None
+    ) -> dict:
+        """sacreBLEU BLEU and chrF of the translations of ``pairs`` against their references.
+
+        ``hypotheses_file``, when given, receives the detokenised translations, one per line.
+        """
         if not pairs:
             raise UserError("nothing to evaluate: no sentence pairs")
         translations = self.translate([s for s, _ in pairs], beam_size, batch_size)
         hypotheses = [best[0].text for best in translations]
+        if hypotheses_file is not None:
+            write_text_atomic(hypotheses_file, "".join(line + "\n" for line in hypotheses))
         scores = translation_scores(hypotheses, [[t] for _, t in pairs], lowercase=self.pipeline.target_tokenizer.config.lowercase)
         failed = sum(best[0].error is not None for best in translations)
         return {**scores, "sentences": len(pairs), "untranslatable": failed, "beam_size": beam_size or self.search.beam_size}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from torch import Tensor  # noqa: E402
+
+from attnkit.files import atomic_path  # noqa: E402
 
 
 def plot_attention_matrix(attention: Tensor, source_words: Sequence[str], target_words: Sequence[str], path: str | Path, title: str = "") -> Path:
@@ -34,10 +35,9 @@ def plot_attention_matrix(attention: Tensor, source_words: Sequence[str], target
 
 def save_figure(figure, path: str | Path) -> Path:
     """Write a figure atomically (a half-written PNG never replaces a good one)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    figure.savefig(temporary, dpi=110)
-    plt.close(figure)
-    os.replace(temporary, path)
-    return path
+    try:
+        with atomic_path(path) as temporary:
+            figure.savefig(temporary, dpi=110)
+    finally:
+        plt.close(figure)
+    return Path(path)

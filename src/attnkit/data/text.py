@@ -14,7 +14,6 @@ so the checkpoint knows how to tokenise new input exactly as in training.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch
 
 from attnkit.data.batching import Batch, pad_sequences
 from attnkit.errors import UserError
+from attnkit.files import write_text_atomic
 
 INFO_FILE = "dataset.json"
 
@@ -38,16 +38,10 @@ def write_parallel_dataset(
     for name, pairs in splits.items():
         for side, lang in enumerate(languages):
             lines = [pair[side].replace("\n", " ").strip() for pair in pairs]
-            _write_atomic(folder / f"{name}.{lang}", "".join(line + "\n" for line in lines))
+            write_text_atomic(folder / f"{name}.{lang}", "".join(line + "\n" for line in lines))
     meta = {"task": "translation", "languages": list(languages), "splits": {k: len(v) for k, v in splits.items()}, **(info or {})}
-    _write_atomic(folder / INFO_FILE, json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    write_text_atomic(folder / INFO_FILE, json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
     return folder
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
 
 
 def read_dataset_info(folder: str | Path) -> dict:

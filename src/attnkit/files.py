@@ -1,0 +1,27 @@
+"""Atomic file writes: a file appears whole or not at all, and a failed write keeps the old one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yields a temporary path beside ``path``; on success it replaces ``path``, on error it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")  # keeps the suffix: savefig picks the format by it
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    with atomic_path(path) as temporary:
+        temporary.write_text(text, encoding="utf-8")
+    return Path(path)
