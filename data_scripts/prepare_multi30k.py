@@ -140,10 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "options": {"source": args.source, "target": args.target},
         "preprocessing": "none: raw sentences, whitespace-stripped; line i of both languages kept as a pair",
     }
-    try:
-        write_parallel_dataset(out, (args.source, args.target), splits, info=info)
-    except OSError as error:
-        raise UserError(f"cannot write {out}: {error}") from None
+    write_parallel_dataset(out, (args.source, args.target), splits, info=info)
     counts = ", ".join(f"{name} {len(pairs):,}" for name, pairs in splits.items())
     print(f"wrote {out}: {counts} pairs ({args.source}->{args.target})")
     return 0

@@ -322,10 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.tutorial_filter:
         info["options"]["max_length"] = MAX_LENGTH
         info["options"]["eng_prefixes"] = list(ENG_PREFIXES)
-    try:
-        write_parallel_dataset(args.out, (args.source, args.target), splits, info=info)
-    except OSError as error:
-        raise UserError(f"cannot write {args.out}: {error}") from None
+    write_parallel_dataset(args.out, (args.source, args.target), splits, info=info)
     counts = ", ".join(f"{split} {len(pairs):,}" for split, pairs in splits.items())
     print(f"wrote {args.out}: {counts} pairs ({args.source}->{args.target}{', tutorial filter' if args.tutorial_filter else ''}, seed {args.seed})")
     return 0

@@ -31,6 +31,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--beam", type=int, default=None, help="beam size (default: the checkpoint's search.beam_size)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--limit", type=int, default=0, help="score only the first N pairs (0: all)")
+    parser.add_argument("--output", metavar="FILE", help="also write the translations here, one per line")
     parser.add_argument("--device", default="auto")
     return parser
 
@@ -56,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.limit > 0:
         pairs = pairs[: args.limit]
     translator = Translator.from_checkpoint(checkpoint, device=args.device)
-    scores = translator.evaluate(pairs, beam_size=args.beam, batch_size=args.batch_size)
+    scores = translator.evaluate(pairs, beam_size=args.beam, batch_size=args.batch_size, hypotheses_file=args.output)
     print(json.dumps({"checkpoint": args.checkpoint, **what, **scores}, ensure_ascii=False))
     return 0
 

@@ -323,3 +323,13 @@ def test_embedded_corpus_is_reproducible_from_the_shared_export(tmp_path):
     again = json.loads((tmp_path / "again" / "dataset.json").read_text(encoding="utf-8"))
     embedded = read_dataset_info(EMBEDDED)
     assert {k: v for k, v in again.items() if k != "command"} == {k: v for k, v in embedded.items() if k != "command"}
+
+
+def test_an_unwritable_output_folder_is_one_message(tmp_path):
+    from attnkit.data.text import write_parallel_dataset
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(UserError, match="cannot write the dataset folder"):
+        write_parallel_dataset(blocker / "data", ("de", "en"), {"train": [("a", "b")]})
+    assert blocker.read_text() == "not a folder"

@@ -52,8 +52,11 @@ def test_evaluate_prints_bleu_and_chrf_json(checkpoint, toy_data, capsys, tmp_pa
     scores = json.loads(capsys.readouterr().out)
     assert {"bleu", "chrf", "bleu_signature", "sentences"} <= set(scores) and scores["sentences"] == 60
     source, reference = toy_data / "test.src", toy_data / "test.tgt"
-    assert run_cli(evaluate.main, ["--checkpoint", str(checkpoint), "--source", str(source), "--reference", str(reference), "--limit", "5"]) == 0
+    output = tmp_path / "hypotheses.txt"
+    argv = ["--checkpoint", str(checkpoint), "--source", str(source), "--reference", str(reference), "--limit", "5", "--output", str(output)]
+    assert run_cli(evaluate.main, argv) == 0
     assert json.loads(capsys.readouterr().out)["sentences"] == 5
+    assert len(output.read_text().splitlines()) == 5
 
 
 def test_bad_sentences_get_a_message_and_the_others_are_translated(checkpoint, capsys):

@@ -34,13 +34,16 @@ def write_parallel_dataset(
 ) -> Path:
     """Write ``splits`` (name -> [(source, target), ...]) as a dataset folder; files appear whole or not at all."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, pairs in splits.items():
-        for side, lang in enumerate(languages):
-            lines = [pair[side].replace("\n", " ").strip() for pair in pairs]
-            write_text_atomic(folder / f"{name}.{lang}", "".join(line + "\n" for line in lines))
     meta = {"task": "translation", "languages": list(languages), "splits": {k: len(v) for k, v in splits.items()}, **(info or {})}
-    write_text_atomic(folder / INFO_FILE, json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, pairs in splits.items():
+            for side, lang in enumerate(languages):
+                lines = [pair[side].replace("\n", " ").strip() for pair in pairs]
+                write_text_atomic(folder / f"{name}.{lang}", "".join(line + "\n" for line in lines))
+        write_text_atomic(folder / INFO_FILE, json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    except OSError as error:
+        raise UserError(f"cannot write the dataset folder {folder}: {error}") from None
     return folder
 
 
