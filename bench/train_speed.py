@@ -35,6 +35,11 @@ of the tutorial-filtered Tatoeba corpus at ``data/tatoeba-fr-en`` (its train pai
 with both sides <= 8 words, sampled jointly) when that folder is present, else
 uniform in 3..8.
 
+It also reports how close attnkit runs to the CPU's limit: the matrix-multiply
+FLOPs per target token (counted by ``torch.utils.flop_counter`` on a few
+batches) times its tokens/s, against the GFLOP/s of one output-layer-sized
+matrix multiply on this CPU.
+
 Human-readable lines first; the LAST line of stdout is one JSON object with every
 figure. The target from the issue is attnkit >= 50x the baseline's tokens/s.
 Run it on idle cores: when other work holds a core, PyTorch's threads wait on
@@ -56,8 +61,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from attnkit.config import DecoderConfig, ExperimentConfig, TextEncoderConfig, TrainConfig, to_dict
+from attnkit.data.batching import BucketBatchSampler
 from attnkit.data.text import ParallelTextDataset, collate_pairs
 from attnkit.model import Seq2SeqObjective, build_translation_model
 from attnkit.train import CheckpointContents, Trainer
@@ -254,7 +261,35 @@ def bench_attnkit(sources, targets, seed: int, threads: int, warmup_batches: int
         stats = timed.train_epoch(epoch)
         runs.append(Measurement(tokens_per_epoch, time.perf_counter() - started, len(dataset)))
         reported.append(stats["train_tokens_per_s"])
-    return runs, reported, count_parameters(model), len(timed.batches)
+    return runs, reported, count_parameters(model), len(timed.batches), flops_per_token(model, objective, dataset)
+
+
+def flops_per_token(model: nn.Module, objective: Seq2SeqObjective, dataset: ParallelTextDataset, batches: int = 8) -> float:
+    """Matrix-multiply FLOPs of a forward + backward pass per target token, counted by PyTorch on a few batches.
+
+    Tokens/s times this is the arithmetic rate the trainer sustains, to set against
+    what the CPU's matrix multiplies reach: it says how much speed is left to gain.
+    """
+    sampler = BucketBatchSampler(dataset.lengths, BATCH_SIZE, seed=0)
+    tokens = 0
+    with FlopCounterMode(display=False) as counter:
+        for _, indices in zip(range(batches), sampler):
+            out = objective(model, collate_pairs([dataset[i] for i in indices]))
+            out.loss.backward()
+            tokens += int(out.tokens)
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops() / tokens
+
+
+def matmul_gflops(seconds: float = 1.0) -> float:
+    """fp32 GFLOP/s of this CPU on the model's biggest matrix multiply (a batch of readouts times the output layer)."""
+    readouts, weight = torch.randn(BATCH_SIZE * MAX_WORDS, SIZE), torch.randn(SIZE, TARGET_VOCAB)
+    readouts @ weight  # warm-up
+    runs, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        readouts @ weight
+        runs += 1
+    return 2 * readouts.shape[0] * SIZE * TARGET_VOCAB * runs / (time.perf_counter() - started) / 1e9
 
 
 # -- report --------------------------------------------------------------------------------------
@@ -274,7 +309,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"data: {PAIRS} random pairs, vocabulary {SOURCE_VOCAB}/{TARGET_VOCAB}, lengths from {origin}")
 
     with tempfile.TemporaryDirectory(prefix="attnkit-train-speed-") as folder:
-        runs, reported, attnkit_params, batches = bench_attnkit(
+        runs, reported, attnkit_params, batches, flops = bench_attnkit(
             sources, targets, args.seed, threads, warmup_batches, epochs, fraction, Path(folder)
         )
     attnkit_tokens = sum(r.tokens for r in runs)
@@ -292,6 +327,11 @@ def main(argv: list[str] | None = None) -> dict:
         f"{baseline.tokens} tokens in {baseline.seconds:.2f} s)"
     )
 
+    gflops, peak = attnkit_rate * flops / 1e9, matmul_gflops()
+    print(
+        f"compute : attnkit does {flops / 1e6:.2f} MFLOP of matrix multiplies (forward + backward) per target token: {gflops:.0f} GFLOP/s, "
+        f"{gflops / peak:.0%} of the {peak:.0f} GFLOP/s this CPU reaches on one output-layer-sized matrix multiply"
+    )
     ratio = attnkit_rate / baseline.tokens_per_s
     met = ratio >= TARGET_RATIO
     difference = (attnkit_params - baseline_params) / baseline_params
@@ -318,6 +358,9 @@ def main(argv: list[str] | None = None) -> dict:
             "seconds": round(attnkit_seconds, 3),
             "per_epoch_tokens_per_s": [round(r.tokens_per_s, 1) for r in runs],
             "trainer_reported_tokens_per_s": reported,
+            "matmul_mflop_per_token": round(flops / 1e6, 3),
+            "sustained_gflop_per_s": round(gflops, 1),
+            "output_layer_matmul_gflop_per_s": round(peak, 1),
         },
         "data": {"pairs": PAIRS, "source_vocab": SOURCE_VOCAB, "target_vocab": TARGET_VOCAB, "max_words": MAX_WORDS, "lengths": origin},
         "seed": args.seed,
