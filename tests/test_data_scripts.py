@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.data.text import read_dataset_info, read_parallel, resolve_languages
+from attnkit.data.folder import read_dataset_info
+from attnkit.data.text import read_parallel, resolve_languages
 from attnkit.errors import UserError, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,18 +13,15 @@ so the checkpoint knows how to tokenise new input exactly as in training.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
 
 from attnkit.data.batching import Batch, pad_sequences
+from attnkit.data.folder import read_dataset_info, write_dataset_info
 from attnkit.errors import UserError
 from attnkit.files import write_text_atomic
-
-INFO_FILE = "dataset.json"
-
 
 def write_parallel_dataset(
     folder: str | Path,
@@ -41,30 +38,15 @@ def write_parallel_dataset(
             for side, lang in enumerate(languages):
                 lines = [pair[side].replace("\n", " ").strip() for pair in pairs]
                 write_text_atomic(folder / f"{name}.{lang}", "".join(line + "\n" for line in lines))
-        write_text_atomic(folder / INFO_FILE, json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+        write_dataset_info(folder, meta)
     except OSError as error:
         raise UserError(f"cannot write the dataset folder {folder}: {error}") from None
     return folder
 
 
-def read_dataset_info(folder: str | Path) -> dict:
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise UserError(f"data folder not found: {folder} (prepare one with data_scripts/, see the README)")
-    info_path = folder / INFO_FILE
-    if not info_path.is_file():
-        raise UserError(f"{folder} is not a prepared dataset: it has no {INFO_FILE}")
-    try:
-        return json.loads(info_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise UserError(f"{info_path} is not valid JSON: {error}") from None
-
-
 def resolve_languages(folder: str | Path, source_lang: str = "", target_lang: str = "") -> tuple[str, str]:
     """The (source, target) pair to use: the config's, else the folder's declared order."""
-    info = read_dataset_info(folder)
-    if info.get("task") != "translation":
-        raise UserError(f"{folder} holds a '{info.get('task')}' dataset, not a translation dataset")
+    info = read_dataset_info(folder, task="translation")
     languages = info.get("languages", [])
     source = source_lang or languages[0]
     target = target_lang or languages[1]
