@@ -219,7 +219,7 @@ def bench_baseline(sources, targets, seed: int, warmup: int, timed: int) -> tupl
 def attnkit_config(seed: int, threads: int) -> ExperimentConfig:
     return ExperimentConfig(
         name="train-speed",
-        encoder=TextEncoderConfig(embedding_size=SIZE, hidden_size=SIZE, num_layers=1, rnn="gru", bidirectional=False, dropout=0.0),
+        text_encoder=TextEncoderConfig(embedding_size=SIZE, hidden_size=SIZE, num_layers=1, rnn="gru", bidirectional=False, dropout=0.0),
         decoder=DecoderConfig(
             embedding_size=SIZE, hidden_size=SIZE, style="luong", score="dot", input_feeding=False, readout_size=SIZE, dropout=0.0
         ),

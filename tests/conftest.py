@@ -47,7 +47,7 @@ def tiny_config(**decoder) -> ExperimentConfig:
     encoder = TextEncoderConfig(embedding_size=6, hidden_size=5, dropout=0.0)
     settings = dict(embedding_size=6, hidden_size=10, attention_size=7, dropout=0.0)
     settings.update(decoder)
-    return ExperimentConfig(encoder=encoder, decoder=DecoderConfig(**settings))
+    return ExperimentConfig(text_encoder=encoder, decoder=DecoderConfig(**settings))
 
 
 def tiny_model(vocab: Vocabulary, seed: int = 0, **decoder):

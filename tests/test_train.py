@@ -14,7 +14,7 @@ from attnkit.errors import UserError
 from attnkit.train import resolve_device, resolve_precision
 
 LEARNS = [
-    "encoder.embedding_size=16", "encoder.hidden_size=32", "encoder.dropout=0.0",
+    "text_encoder.embedding_size=16", "text_encoder.hidden_size=32", "text_encoder.dropout=0.0",
     "decoder.embedding_size=16", "decoder.hidden_size=64", "decoder.attention_size=32", "decoder.dropout=0.0",
     "data.tokenizer.kind=space", "data.tokenizer.lowercase=false",
     "train.batch_size=32", "train.lr=0.01", "train.patience=0", "search.beam_size=1",

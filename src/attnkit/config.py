@@ -49,6 +49,18 @@ class TextEncoderConfig:
 
 
 @dataclass(frozen=True)
+class ImageEncoderConfig:
+    backbone: str = "efficientnet_lite0"  # resnet18|34|50|101, mobilenet_v3_small|large, efficientnet_b0, efficientnet_lite0
+    weights: str = "default"  # default: packaged ImageNet weights (efficientnet_lite0), random for others | none | PATH (torchvision state_dict)
+    image_size: int = 224  # images are resized to image_size x image_size
+    grid_size: int = 7  # average-pool the feature map to grid_size x grid_size cells (0: keep the backbone's)
+    memory_size: int = 512  # project each cell to this size (0: keep the backbone's channels)
+    trainable_blocks: int = 0  # fine-tune the last N backbone blocks (0: frozen; then features can be cached)
+    backbone_lr: float = 0.0  # learning rate of the fine-tuned blocks (0: train.lr)
+    dropout: float = 0.0  # on the projected cells
+
+
+@dataclass(frozen=True)
 class DecoderConfig:
     embedding_size: int = 256
     hidden_size: int = 512
@@ -105,7 +117,8 @@ class ExperimentConfig:
     task: str = "translation"
     output_dir: str = ""  # empty: runs/<name>
     data: DataConfig = field(default_factory=DataConfig)
-    encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)
+    text_encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)  # task translation
+    image_encoder: ImageEncoderConfig = field(default_factory=ImageEncoderConfig)  # task captioning
     decoder: DecoderConfig = field(default_factory=DecoderConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     search: SearchConfig = field(default_factory=SearchConfig)

@@ -34,7 +34,7 @@ class EncoderDecoder(nn.Module):
 
 
 def build_translation_model(config: ExperimentConfig, source_vocab: Vocabulary, target_vocab: Vocabulary) -> EncoderDecoder:
-    encoder = TextEncoder(config.encoder, len(source_vocab), pad_index=source_vocab.pad_index)
+    encoder = TextEncoder(config.text_encoder, len(source_vocab), pad_index=source_vocab.pad_index)
     decoder = AttentionDecoder(
         config.decoder, len(target_vocab), memory_size=encoder.output_size, init_size=encoder.init_size, pad_index=target_vocab.pad_index
     )

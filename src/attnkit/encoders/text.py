@@ -22,7 +22,7 @@ class TextEncoder(nn.Module):
     def __init__(self, config: TextEncoderConfig, vocab_size: int, pad_index: int = 0):
         super().__init__()
         if config.rnn not in RNNS:
-            raise UserError(f"encoder.rnn must be one of {', '.join(RNNS)}, got '{config.rnn}'")
+            raise UserError(f"text_encoder.rnn must be one of {', '.join(RNNS)}, got '{config.rnn}'")
         self.config = config
         directions = 2 if config.bidirectional else 1
         self.output_size = config.hidden_size * directions

