@@ -1,0 +1,82 @@
+"""Reading images for the image encoder: any size and mode in, a normalised RGB tensor out.
+
+Every way an image file can be bad (missing, a directory, not an image,
+truncated, empty, absurdly large) becomes an :class:`ImageError` with one
+message naming the file, so a script can report it and go on with the others.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageFile, UnidentifiedImageError
+from torch import Tensor
+
+from attnkit.errors import UserError
+
+# Refuse decoding more pixels than this (PIL's default bomb limit is ~89 M; a caption photo needs far less).
+MAX_PIXELS = 64_000_000
+
+
+class ImageError(UserError):
+    """One image could not be used; the message names it and says why."""
+
+
+def open_rgb(path: str | Path) -> Image.Image:
+    """The image at ``path`` as 8-bit RGB, whatever its mode (grayscale, 16-bit, palette, RGBA, CMYK ...)."""
+    path = Path(path)
+    if not path.exists():
+        raise ImageError(f"{path}: file not found")
+    if path.is_dir():
+        raise ImageError(f"{path}: is a directory, not an image")
+    if path.stat().st_size == 0:
+        raise ImageError(f"{path}: empty file")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                width, height = image.size
+                if width == 0 or height == 0:
+                    raise ImageError(f"{path}: image has zero size ({width}x{height})")
+                if width * height > MAX_PIXELS:
+                    raise ImageError(f"{path}: {width}x{height} pixels is over the limit of {MAX_PIXELS:,} (decompression bomb?)")
+                ImageFile.LOAD_TRUNCATED_IMAGES = False
+                image.load()  # decode now, inside the error handling: truncated data fails here
+                return _to_rgb(image)
+    except ImageError:
+        raise
+    except UnidentifiedImageError:
+        raise ImageError(f"{path}: not an image file (or a format Pillow cannot read)") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise ImageError(f"{path}: too many pixels (decompression bomb limit)") from None
+    except (OSError, SyntaxError, ValueError) as error:  # truncated or corrupt data
+        raise ImageError(f"{path}: unreadable or truncated image ({error})") from None
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    if image.mode in ("I", "I;16", "I;16B", "I;16L", "F"):  # 16/32-bit grayscale: scale to 8 bits, not clip
+        values = np.asarray(image, dtype=np.float64)
+        top = float(values.max()) if values.size else 0.0
+        if image.mode == "F":  # floating point: stretch to the image's own maximum
+            scale = 255.0 / max(top, 1e-12)
+        else:  # integers: 16-bit range when any value needs it
+            scale = 255.0 / 65535.0 if top > 255 else 1.0
+        image = Image.fromarray(np.clip(values * scale, 0, 255).astype(np.uint8), mode="L")
+    elif image.mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")  # else Pillow warns when dropping palette transparency
+    return image.convert("RGB")
+
+
+def image_tensor(image: Image.Image, size: int, normalization: tuple[tuple[float, ...], tuple[float, ...]]) -> Tensor:
+    """Resize to size x size (squashing, as the encoders were set up for) and normalise: (3, size, size)."""
+    resized = image.resize((size, size), Image.Resampling.BILINEAR, reducing_gap=None)
+    pixels = torch.from_numpy(np.asarray(resized, dtype=np.float32).copy()).permute(2, 0, 1) / 255.0  # (3, H, W)
+    mean, std = (torch.tensor(v).view(3, 1, 1) for v in normalization)
+    return (pixels - mean) / std
+
+
+def load_image(path: str | Path, size: int, normalization: tuple[tuple[float, ...], tuple[float, ...]]) -> Tensor:
+    return image_tensor(open_rgb(path), size, normalization)

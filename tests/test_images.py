@@ -1,0 +1,60 @@
+"""Image reading: every mode becomes RGB; every bad file is one ImageError naming it."""
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from attnkit.data import images
+from attnkit.data.images import ImageError, load_image, open_rgb
+
+NORMALIZATION = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Image.new("L", (30, 20), 128),
+        lambda: Image.new("RGBA", (30, 20), (255, 0, 0, 0)),
+        lambda: Image.new("P", (30, 20), 3),
+        lambda: Image.new("CMYK", (30, 20), (0, 0, 0, 0)),
+        lambda: Image.fromarray(np.full((20, 30), 65535, dtype=np.uint16)),
+        lambda: Image.new("1", (30, 20), 1),
+    ],
+    ids=["gray", "rgba", "palette", "cmyk", "16-bit", "bilevel"],
+)
+def test_every_mode_becomes_a_normalised_rgb_tensor(tmp_path, make):
+    image = make()
+    path = tmp_path / ("x.png" if image.mode != "CMYK" else "x.jpg")
+    image.save(path)
+    assert open_rgb(path).mode == "RGB"
+    tensor = load_image(path, 16, NORMALIZATION)
+    assert tensor.shape == (3, 16, 16) and -1.0 <= tensor.min() and tensor.max() <= 1.0
+
+
+def test_sixteen_bit_white_stays_white_and_mid_gray_is_scaled(tmp_path):
+    Image.fromarray(np.full((4, 4), 32768, dtype=np.uint16)).save(tmp_path / "mid.png")
+    assert abs(np.asarray(open_rgb(tmp_path / "mid.png"))[0, 0, 0] - 127) <= 1
+
+
+def test_bad_files_are_one_message_each(tmp_path, monkeypatch):
+    Image.new("RGB", (64, 64), (10, 200, 30)).save(tmp_path / "good.jpg")
+    data = (tmp_path / "good.jpg").read_bytes()
+    (tmp_path / "truncated.jpg").write_bytes(data[: len(data) // 2])
+    (tmp_path / "empty.jpg").write_bytes(b"")
+    (tmp_path / "text.jpg").write_text("not an image at all")
+    (tmp_path / "folder.jpg").mkdir()
+    Image.new("L", (300, 300)).save(tmp_path / "huge.png")
+    monkeypatch.setattr(images, "MAX_PIXELS", 300 * 300 - 1)
+    expected = {
+        "missing.jpg": "file not found",
+        "folder.jpg": "is a directory",
+        "empty.jpg": "empty file",
+        "text.jpg": "not an image file",
+        "truncated.jpg": "truncated",
+        "huge.png": "over the limit",
+    }
+    for name, message in expected.items():
+        with pytest.raises(ImageError, match=message) as caught:
+            open_rgb(tmp_path / name)
+        assert name in str(caught.value)
+    assert open_rgb(tmp_path / "good.jpg").size == (64, 64)
