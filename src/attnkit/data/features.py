@@ -1,0 +1,113 @@
+"""On-disk cache of a frozen image encoder's grid features, so the decoder trains fast on a CPU.
+
+Legend: C backbone channels, g grid side.
+
+Layout: ``ROOT/<encoder key>/<image key>.pt``, one float16 tensor (C, g, g) per image.
+
+* The **encoder key** hashes everything that decides the features: backbone
+  name, the weights file's content (size + SHA-256 of its bytes; "none" for
+  random weights, which are seeded and so reproducible only by accident: a
+  random backbone is never cached), image size, grid size, input
+  normalisation and this module's format version. Another backbone, grid or
+  weights file therefore lands in another folder: stale features are never read.
+* The **image key** hashes the image's absolute path, size and modification
+  time: an edited image is a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from attnkit.data.images import load_image
+from attnkit.files import atomic_path, write_text_atomic
+
+FORMAT_VERSION = 1
+
+
+@lru_cache(maxsize=8)
+def file_digest(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def encoder_identity(encoder) -> dict:
+    """What decides an image encoder's pooled grid features (``encoder``: an ImageEncoder)."""
+    config = encoder.config
+    weights = encoder.weights_source
+    return {
+        "format": FORMAT_VERSION,
+        "backbone": config.backbone,
+        "weights_sha256": "none" if weights == "none" else file_digest(weights),
+        "image_size": config.image_size,
+        "grid_size": config.grid_size,
+        "normalization": [list(v) for v in encoder.normalization],
+    }
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+
+
+class FeatureCache:
+    """Grid features of images under one encoder identity; computes and stores the missing ones."""
+
+    def __init__(self, root: str | Path, identity: dict):
+        if identity.get("weights_sha256") == "none":
+            raise ValueError("a randomly initialised backbone is not cached: its features depend on the seed")
+        self.identity = identity
+        key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+        self.folder = Path(root) / key
+        self.folder.mkdir(parents=True, exist_ok=True)
+        info = self.folder / "encoder.json"
+        if not info.exists():
+            write_text_atomic(info, json.dumps(identity, indent=2) + "\n")
+        self.stats = CacheStats()
+
+    def _entry(self, image: Path) -> Path:
+        stat = image.stat()
+        key = hashlib.sha256(f"{image.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:24]
+        return self.folder / f"{key}.pt"
+
+    def get(self, images: Sequence[str | Path], compute: Callable[[Tensor], Tensor], batch_size: int = 32) -> Tensor:
+        """(N, C, g, g) float16 features of ``images``; ``compute`` maps (B, 3, H, W) pixels to (B, C, g, g).
+
+        Raises ImageError for the first unreadable image (check images beforehand to skip bad ones).
+        """
+        paths = [Path(p) for p in images]
+        entries = [self._entry(p) for p in paths]
+        found: dict[int, Tensor] = {}
+        missing = []
+        for i, entry in enumerate(entries):
+            if entry.is_file():
+                try:
+                    found[i] = torch.load(entry, map_location="cpu", weights_only=True)
+                    continue
+                except Exception:  # a damaged entry is recomputed, never trusted
+                    entry.unlink(missing_ok=True)
+            missing.append(i)
+        self.stats.hits += len(found)
+        self.stats.misses += len(missing)
+        size, normalization = self.identity["image_size"], self.identity["normalization"]
+        for start in range(0, len(missing), batch_size):
+            chunk = missing[start : start + batch_size]
+            pixels = torch.stack([load_image(paths[i], size, normalization) for i in chunk])  # (B, 3, H, W)
+            with torch.no_grad():
+                features = compute(pixels).to("cpu", torch.float16)  # (B, C, g, g)
+            for i, feature in zip(chunk, features):
+                with atomic_path(entries[i]) as temporary:
+                    torch.save(feature.clone(), temporary)
+                found[i] = feature
+        return torch.stack([found[i] for i in range(len(paths))]) if paths else torch.empty(0)

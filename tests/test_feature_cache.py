@@ -1,0 +1,84 @@
+"""The feature cache: a hit returns what was computed; another backbone, grid or weights file misses."""
+
+import os
+
+import pytest
+import torch
+from PIL import Image
+
+from attnkit.config import ImageEncoderConfig
+from attnkit.data.features import FeatureCache, encoder_identity
+from attnkit.encoders.image import ImageEncoder
+
+
+def _photos(folder, count=3):
+    paths = []
+    for i in range(count):
+        path = folder / f"p{i}.png"
+        Image.new("RGB", (40, 30), (40 * i, 90, 200 - 40 * i)).save(path)
+        paths.append(path)
+    return paths
+
+
+def _encoder(weights, **changes):
+    settings = dict(backbone="resnet18", weights=str(weights), image_size=64, grid_size=2, memory_size=8)
+    settings.update(changes)
+    return ImageEncoder(ImageEncoderConfig(**settings)).eval()
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory):
+    import torchvision
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("weights") / "resnet18.pth"
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), path)
+    return path
+
+
+def test_hits_return_the_computed_features_and_changes_invalidate(tmp_path, weights):
+    photos = _photos(tmp_path)
+    encoder = _encoder(weights)
+    cache = FeatureCache(tmp_path / "cache", encoder_identity(encoder))
+    first = cache.get(photos, encoder.grid_features)
+    assert first.shape == (3, 512, 2, 2) and first.dtype == torch.float16
+    assert (cache.stats.hits, cache.stats.misses) == (0, 3)
+
+    again = FeatureCache(tmp_path / "cache", encoder_identity(encoder))
+    assert torch.equal(again.get(photos, encoder.grid_features), first)
+    assert (again.stats.hits, again.stats.misses) == (3, 0)
+
+    # Another grid, another weights file, an edited image: misses, never the stale features.
+    other_grid = FeatureCache(tmp_path / "cache", encoder_identity(_encoder(weights, grid_size=3)))
+    assert other_grid.get(photos[:1], _encoder(weights, grid_size=3).grid_features).shape == (1, 512, 3, 3)
+    assert other_grid.stats.misses == 1
+    changed = tmp_path / "changed.pth"
+    state = torch.load(weights, weights_only=True)
+    state["fc.bias"] += 1
+    torch.save(state, changed)
+    assert FeatureCache(tmp_path / "cache", encoder_identity(_encoder(changed))).folder != again.folder
+    Image.new("RGB", (40, 30), (0, 0, 0)).save(photos[0])
+    os.utime(photos[0], ns=(1, 1))
+    edited = FeatureCache(tmp_path / "cache", encoder_identity(encoder))
+    edited.get(photos, encoder.grid_features)
+    assert (edited.stats.hits, edited.stats.misses) == (2, 1)
+
+
+def test_cached_features_give_the_encoder_output_of_the_pixels(tmp_path, weights):
+    from attnkit.data.images import load_image
+    from attnkit.encoders.image import GridFeatures, Pixels
+
+    photos = _photos(tmp_path, 2)
+    encoder = _encoder(weights)
+    cache = FeatureCache(tmp_path / "cache", encoder_identity(encoder))
+    from_cache = encoder(GridFeatures(cache.get(photos, encoder.grid_features).float()))
+    pixels = torch.stack([load_image(p, 64, encoder.normalization) for p in photos])
+    direct = encoder(Pixels(pixels))
+    assert torch.allclose(from_cache.memory, direct.memory, atol=1e-2, rtol=1e-2)  # float16 storage
+    assert from_cache.layout.height == 2 and from_cache.mask.all()
+
+
+def test_a_random_backbone_is_not_cached(tmp_path):
+    encoder = _encoder("none")
+    with pytest.raises(ValueError, match="not cached"):
+        FeatureCache(tmp_path, encoder_identity(encoder))
