@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 from pathlib import Path
@@ -53,3 +54,15 @@ def tiny_config(**decoder) -> ExperimentConfig:
 def tiny_model(vocab: Vocabulary, seed: int = 0, **decoder):
     torch.manual_seed(seed)
     return build_translation_model(tiny_config(**decoder), vocab, vocab).eval()
+
+
+def shared_data_root() -> Path:
+    return Path(os.environ.get("ATTNKIT_DATA") or ROOT.parent / "shared" / "data")
+
+
+def needs_shared(*parts: str) -> Path:
+    """The path under the shared data root; the test is skipped, saying so, when it is absent."""
+    path = shared_data_root().joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"shared data not found: {path} (set ATTNKIT_DATA to the folder holding multi30k/, tatoeba-eng-fra/ and flickr8k/)")
+    return path

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
-import os
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from attnkit.data.folder import read_dataset_info
 from attnkit.data.text import read_parallel, resolve_languages
 from attnkit.errors import UserError, run_cli
+from conftest import needs_shared, shared_data_root
 
 ROOT = Path(__file__).resolve().parents[1]
 EMBEDDED = ROOT / "data" / "tatoeba-fr-en"
@@ -29,17 +29,6 @@ def load_script(name: str):
 
 tatoeba = load_script("prepare_tatoeba")
 multi30k = load_script("prepare_multi30k")
-
-
-def shared_data_root() -> Path:
-    return Path(os.environ.get("ATTNKIT_DATA") or ROOT.parent / "shared" / "data")
-
-
-def needs_shared(*parts: str) -> Path:
-    path = shared_data_root().joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"shared data not found: {path} (set ATTNKIT_DATA to the folder holding multi30k/ and tatoeba-eng-fra/)")
-    return path
 
 
 def sources(pairs):

@@ -3,10 +3,11 @@
 import pytest
 import torch
 
-from attnkit.config import TextEncoderConfig
+from attnkit.config import ImageEncoderConfig, TextEncoderConfig
 from attnkit.data.batching import pad_sequences
+from attnkit.encoders.image import BACKBONES, ImageEncoder, Pixels
 from attnkit.encoders.text import TextEncoder
-from attnkit.interfaces import Encoder, EncoderOutput, Tokens
+from attnkit.interfaces import Encoder, EncoderOutput, Grid, Tokens
 
 SOURCES = [[4, 5, 6, 7], [8, 9], [5, 6, 7]]
 
@@ -17,11 +18,20 @@ def text_encoder(rnn="gru", bidirectional=True, layers=1):
     return TextEncoder(config, vocab_size=12).eval(), pad_sequences(SOURCES)
 
 
+def image_encoder(backbone, grid=2, trainable=0):
+    torch.manual_seed(0)
+    config = ImageEncoderConfig(backbone=backbone, weights="none", image_size=64, grid_size=grid, memory_size=12, trainable_blocks=trainable)
+    return ImageEncoder(config).eval(), Pixels(torch.randn(len(SOURCES), 3, 64, 64))
+
+
 ENCODERS = {
     "text-bigru": lambda: text_encoder(),
     "text-bilstm-2layers": lambda: text_encoder("lstm", layers=2),
     "text-gru-unidirectional": lambda: text_encoder(bidirectional=False),
+    **{f"image-{name}": (lambda name=name: image_encoder(name)) for name in BACKBONES},
+    "image-resnet18-native-grid-fine-tuned": lambda: image_encoder("resnet18", grid=0, trainable=2),
 }
+TEXT = [name for name in ENCODERS if name.startswith("text")]
 
 
 @pytest.mark.parametrize("name", ENCODERS)
@@ -39,9 +49,13 @@ def test_encoder_contract(name):
     if isinstance(out.layout, Tokens):
         assert out.layout.lengths.tolist() == out.mask.sum(1).tolist()
         assert (out.memory[~out.mask] == 0).all()  # packed RNN leaves padding at zero
+    else:
+        assert isinstance(out.layout, Grid) and length == out.layout.height * out.layout.width
+        assert out.mask.all(), "every grid cell is real"
+        torch.testing.assert_close(out.init_state, out.memory.mean(1))  # Show-Attend-Tell: mean of the annotations
 
 
-@pytest.mark.parametrize("name", ENCODERS)
+@pytest.mark.parametrize("name", TEXT)
 def test_padding_does_not_change_the_encoding(name):
     encoder, source = ENCODERS[name]()
     together = encoder(source)
@@ -57,3 +71,45 @@ def test_select_keeps_layout_rows_in_step():
     picked = out.select(torch.tensor([2, 2, 0]))
     assert picked.layout.lengths.tolist() == [3, 3, 4]
     torch.testing.assert_close(picked.memory[0], out.memory[2])
+
+
+def test_frozen_blocks_get_no_gradient_and_the_last_ones_do():
+    encoder, source = image_encoder("resnet18", trainable=2)
+    encoder.train()
+    encoder(source).memory.sum().backward()
+    blocks = list(encoder.backbone)
+    assert all(p.grad is None for block in blocks[:-2] for p in block.parameters())
+    assert all(p.grad is not None for block in blocks[-2:] for p in block.parameters() if p.requires_grad)
+    assert not any(m.training for m in encoder.backbone.modules() if isinstance(m, torch.nn.BatchNorm2d))
+
+
+def test_bad_image_encoder_settings_are_one_message(tmp_path):
+    from attnkit.errors import UserError
+
+    with pytest.raises(UserError, match="unknown image backbone 'vgg99'"):
+        image_encoder("vgg99")
+    with pytest.raises(UserError, match="trainable_blocks must be between 0 and"):
+        image_encoder("resnet18", trainable=99)
+    (tmp_path / "bad.pth").write_bytes(b"garbage")
+    with pytest.raises(UserError, match="cannot read weights"):
+        ImageEncoder(ImageEncoderConfig(backbone="resnet18", weights=str(tmp_path / "bad.pth")))
+    import torchvision
+
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), tmp_path / "r18.pth")
+    with pytest.raises(UserError, match="does not hold weights of this backbone"):
+        ImageEncoder(ImageEncoderConfig(backbone="resnet34", weights=str(tmp_path / "r18.pth")))
+
+
+def test_packaged_efficientnet_lite0_weights_load_and_recognise_dogs():
+    """The offline ImageNet weights really load: two Flickr8k photos of dogs get dog classes (ImageNet 151-268)."""
+    from attnkit.data.images import load_image
+    from attnkit.encoders import efficientnet_lite
+    from conftest import needs_shared
+
+    images = needs_shared("flickr8k", "images")
+    network = efficientnet_lite.efficientnet_lite0(efficientnet_lite.packaged_weights_path()).eval()
+    photos = ["1009434119_febe49276a.jpg", "1001773457_577c3a7d70.jpg"]  # "a black and white dog is running ...", "a black dog and a spotted dog ..."
+    pixels = torch.stack([load_image(images / name, 224, efficientnet_lite.NORMALIZATION) for name in photos])
+    with torch.no_grad():
+        top5 = network(pixels).topk(5).indices
+    assert all(any(151 <= int(c) <= 268 for c in row) for row in top5), top5
