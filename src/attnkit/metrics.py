@@ -1,7 +1,8 @@
-"""Corpus-level scores, computed by well-kept libraries (sacreBLEU)."""
+"""Corpus-level scores, computed by well-kept libraries (sacreBLEU; pycocoevalcap and NLTK for captions)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 from sacrebleu.metrics import BLEU, CHRF
@@ -32,3 +33,60 @@ def translation_scores(hypotheses: Sequence[str], references: Sequence[Sequence[
         "bleu_signature": str(bleu.get_signature()),
         "chrf_signature": str(chrf.get_signature()),
     }
+
+
+# -- captioning ----------------------------------------------------------------------------------------
+PUNCTUATION = set(".,!?;:'\"`()[]{}-")
+
+
+def caption_words(words: Sequence[str]) -> list[str]:
+    """Lower-cased words without punctuation tokens, as the COCO caption evaluation compares them."""
+    return [word.lower() for word in words if word not in PUNCTUATION]
+
+
+def java_available() -> bool:
+    import shutil
+
+    return shutil.which("java") is not None
+
+
+def caption_scores(
+    hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]], meteor: bool = True, log=print
+) -> dict[str, float | None]:
+    """BLEU-1..4, CIDEr-D and METEOR (pycocoevalcap, the COCO caption evaluation code) and NLTK's corpus BLEU-4.
+
+    Input is tokenised: one word list per image and one list of reference word
+    lists per image (all references count). Words are compared lower-cased with
+    punctuation removed (what the COCO tokeniser leaves). pycocoevalcap's CIDEr is
+    the CIDEr-D variant (Gaussian length penalty, clipped counts), with document
+    frequencies from these references. METEOR runs Java; without Java it is None and
+    ``log`` says so. ``bleu4_nltk`` is ``nltk.translate.bleu_score.corpus_bleu`` with
+    its default uniform weights, the figure popular Show-Attend-Tell code reports.
+    Scores are on a 0-100 scale (CIDEr-D on 0-1000, i.e. x100, as papers print it).
+    """
+    from nltk.translate.bleu_score import corpus_bleu
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} reference sets")
+    hyps = [caption_words(h) for h in hypotheses]
+    refs = [[caption_words(r) for r in rs] for rs in references]
+    generated = {i: [" ".join(h)] for i, h in enumerate(hyps)}
+    gold = {i: [" ".join(r) for r in rs] for i, rs in enumerate(refs)}
+    bleu, _ = Bleu(4).compute_score(gold, generated, verbose=0)
+    cider, _ = Cider().compute_score(gold, generated)
+    scores: dict[str, float | None] = {f"bleu{n}": round(100 * bleu[n - 1], 2) for n in range(1, 5)}
+    scores["cider_d"] = round(100 * cider, 2)
+    scores["meteor"] = None
+    if meteor and java_available():
+        from pycocoevalcap.meteor.meteor import Meteor
+
+        value, _ = Meteor().compute_score(gold, generated)
+        scores["meteor"] = round(100 * value, 2)
+    elif meteor:
+        log("note: METEOR skipped: it needs Java, and no 'java' was found on PATH")
+    with warnings.catch_warnings():  # NLTK warns when an n-gram order has no match; the score (0 there) is still right
+        warnings.simplefilter("ignore", UserWarning)
+        scores["bleu4_nltk"] = round(100 * corpus_bleu(refs, hyps), 2)
+    return scores
