@@ -36,6 +36,7 @@ class DataConfig:
     max_source_length: int = 50  # longer training pairs are skipped; longer inputs are truncated at translation
     max_target_length: int = 50  # longer training pairs are skipped
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    feature_cache: str = "cache/features"  # captioning with a frozen image encoder: grid features cached here ("" : off)
 
 
 @dataclass(frozen=True)

@@ -199,3 +199,14 @@ def _hypothesis(tokens: Tensor, log_prob: float, attention: Tensor, mask: Tensor
         attention=_crop(attention, mask),
         finished=finished,
     )
+
+
+def search(
+    decoder: AttentionDecoder, encoded: EncoderOutput, bos: int, eos: int, config, beam_size: int | None = None, n_best: int = 1
+) -> list[list[Hypothesis]]:
+    """The ``n_best`` hypotheses of every example as ``config`` (a SearchConfig) says: greedy for beam 1, else beam search."""
+    beam = beam_size or config.beam_size
+    limits = max_steps(encoded, config.max_length_ratio, config.max_length_offset)
+    if beam == 1 and n_best == 1:
+        return [[h] for h in greedy_search(decoder, encoded, bos, eos, limits, config.length_penalty)]
+    return beam_search(decoder, encoded, bos, eos, beam, limits, config.length_penalty, n_best)

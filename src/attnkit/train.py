@@ -15,6 +15,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -118,6 +119,16 @@ class ShardedBatchSampler(torch.utils.data.Sampler[list[int]]):
 
 
 # -- training ------------------------------------------------------------------------------------------
+def claim_run_dir(config, resuming: bool, overwrite: bool) -> Path:
+    """The run folder of ``config`` (an ExperimentConfig); a finished or running run there is kept unless ``overwrite``."""
+    run_dir = config.run_dir
+    if not resuming and (run_dir / "last.pt").exists():
+        if not overwrite:
+            raise UserError(f"{run_dir} already holds a run; continue it with --resume {run_dir / 'last.pt'}, or choose another output_dir")
+        shutil.rmtree(run_dir)
+    return run_dir
+
+
 @dataclass
 class TrainingProgress:
     epoch: int = 0  # epochs completed
@@ -151,7 +162,10 @@ class Trainer:
         contents: CheckpointContents,
         progress_bar: bool = True,
         log: Callable[[str], None] = print,
+        parameter_groups: list[dict[str, Any]] | None = None,
     ):
+        """``parameter_groups``: Adam's groups (e.g. a lower learning rate for a fine-tuned backbone);
+        default: every parameter that requires a gradient, at ``config.lr``."""
         self.config = config
         self.run_dir = Path(run_dir)
         self.contents = contents
@@ -172,7 +186,8 @@ class Trainer:
             else model
         )
         # The fused kernel updates every parameter in one pass (about 10% of a CPU training step saved).
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, fused=True)
+        groups = parameter_groups or [{"params": [p for p in model.parameters() if p.requires_grad]}]
+        self.optimizer = torch.optim.Adam(groups, lr=config.lr, weight_decay=config.weight_decay, fused=True)
         self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
             self.optimizer, mode="max", factor=config.lr_factor, patience=config.lr_patience, min_lr=config.min_lr
         )
@@ -306,10 +321,10 @@ class Trainer:
                 + (f"; stopping ({progress.stop_reason})" if progress.stop_reason else "")
             )
         if self.distributed.enabled:
-            shared = [self.progress, self.optimizer.param_groups[0]["lr"]]
+            shared = [self.progress, [group["lr"] for group in self.optimizer.param_groups]]
             dist.broadcast_object_list(shared, src=0)
-            self.progress, lr = shared
-            for group in self.optimizer.param_groups:
+            self.progress, rates = shared
+            for group, lr in zip(self.optimizer.param_groups, rates):
                 group["lr"] = lr
 
     def _next_epoch_overruns(self, last_epoch_seconds: float) -> bool:

@@ -9,7 +9,6 @@ data, the model and the model-agnostic :class:`~attnkit.train.Trainer`.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,8 +23,8 @@ from attnkit.errors import UserError
 from attnkit.files import write_text_atomic
 from attnkit.metrics import translation_scores
 from attnkit.model import EncoderDecoder, Seq2SeqObjective, build_translation_model
-from attnkit.search import beam_search, greedy_search, max_steps
-from attnkit.train import CheckpointContents, Trainer, TrainingProgress, resolve_device
+from attnkit.search import search
+from attnkit.train import CheckpointContents, Trainer, TrainingProgress, claim_run_dir, resolve_device
 from attnkit.vocab import Tokenizer, Vocabulary
 
 TASK = "translation"
@@ -152,14 +151,8 @@ class Translator:
             chunk = order[start : start + batch_size]
             source = pad_sequences([self.pipeline.source_vocab.encode(prepared[i][0]) for i in chunk]).to(self.device)
             encoded = self.model.encode(source)
-            limits = max_steps(encoded, self.search.max_length_ratio, self.search.max_length_offset)
             vocab = self.pipeline.target_vocab
-            if beam == 1 and n_best == 1:
-                found = [[h] for h in greedy_search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, limits, self.search.length_penalty)]
-            else:
-                found = beam_search(
-                    self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, beam, limits, self.search.length_penalty, n_best
-                )
+            found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam, n_best)
             for i, hypotheses in zip(chunk, found):
                 words, truncated = prepared[i]
                 results[i] = [self._translation(sentences[i], words, truncated, h) for h in hypotheses]
@@ -200,11 +193,7 @@ def train_translation(
     config: ExperimentConfig, resume: Checkpoint | None = None, overwrite: bool = False, progress_bar: bool = True, log=print
 ) -> TrainingProgress:
     """Train (or continue) a translation model as ``config`` says; checkpoints go to ``config.run_dir``."""
-    run_dir = config.run_dir
-    if resume is None and (run_dir / "last.pt").exists():
-        if not overwrite:
-            raise UserError(f"{run_dir} already holds a run; continue it with --resume {run_dir / 'last.pt'}, or choose another output_dir")
-        shutil.rmtree(run_dir)
+    run_dir = claim_run_dir(config, resume is not None, overwrite)
     source_lang, target_lang = resolve_languages(config.data.path, config.data.source_lang, config.data.target_lang)
     config = replace(config, data=replace(config.data, source_lang=source_lang, target_lang=target_lang))
     train_pairs = read_parallel(config.data.path, "train", source_lang, target_lang)

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnkit.data.images import load_image
+from attnkit.data.images import load_image, open_rgb
 from attnkit.files import atomic_path, write_text_atomic
 
 FORMAT_VERSION = 1
@@ -87,6 +87,9 @@ class FeatureCache:
         Raises ImageError for the first unreadable image (check images beforehand to skip bad ones).
         """
         paths = [Path(p) for p in images]
+        for path in paths:
+            if not path.is_file():
+                open_rgb(path)  # raises the ImageError that says what is wrong (missing, a directory ...)
         entries = [self._entry(p) for p in paths]
         found: dict[int, Tensor] = {}
         missing = []

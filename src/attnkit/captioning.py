@@ -1,0 +1,265 @@
+"""Captioning: images in, text out, through the same encoder-decoder as translation.
+
+:class:`CaptionPipeline` turns captions into ids and back (tokeniser,
+vocabulary) and knows the image preprocessing; it is rebuilt from a checkpoint
+alone. :class:`Captioner` captions image files in batches (one batched beam
+search for many images) and scores them against references.
+:func:`train_captioning` wires the data, the feature cache, the model and the
+model-agnostic :class:`~attnkit.train.Trainer`. After the image encoder nothing
+here differs from translation: the decoder, search, objective and trainer are
+the shared ones.
+
+Legend: N images, C backbone channels, g grid side, L = g*g cells.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.checkpoint import Checkpoint, load_checkpoint
+from attnkit.config import ExperimentConfig, SearchConfig, from_dict, save_config, to_dict
+from attnkit.data.batching import Batch, pad_sequences
+from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
+from attnkit.data.features import FeatureCache, encoder_identity
+from attnkit.data.images import ImageError, load_image
+from attnkit.decoder import AttentionDecoder
+from attnkit.encoders.image import GridFeatures, ImageEncoder, Pixels
+from attnkit.errors import UserError
+from attnkit.metrics import caption_scores
+from attnkit.model import EncoderDecoder, Seq2SeqObjective
+from attnkit.search import search
+from attnkit.train import CheckpointContents, Trainer, TrainingProgress, claim_run_dir, resolve_device
+from attnkit.translation import count_parameters
+from attnkit.vocab import Tokenizer, Vocabulary
+
+TASK = "captioning"
+
+
+def build_captioning_model(config: ExperimentConfig, vocab: Vocabulary) -> EncoderDecoder:
+    encoder = ImageEncoder(config.image_encoder)
+    decoder = AttentionDecoder(config.decoder, len(vocab), memory_size=encoder.output_size, init_size=encoder.init_size, pad_index=vocab.pad_index)
+    return EncoderDecoder(encoder, decoder)
+
+
+@dataclass(frozen=True)
+class CaptionPipeline:
+    tokenizer: Tokenizer
+    vocab: Vocabulary
+    language: str
+
+    @classmethod
+    def build(cls, config: ExperimentConfig, captions: Sequence[str], language: str) -> "CaptionPipeline":
+        tokenizer = Tokenizer(config.data.tokenizer, language)
+        vocab = Vocabulary.build([tokenizer.tokenize(c) for c in captions], config.data.min_freq, config.data.max_vocab)
+        return cls(tokenizer, vocab, language)
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: Checkpoint) -> "CaptionPipeline":
+        config = from_dict(ExperimentConfig, checkpoint.config)
+        language = config.data.target_lang or "en"
+        return cls(Tokenizer(config.data.tokenizer, language), Vocabulary(checkpoint.vocabularies["target"]), language)
+
+    @property
+    def vocabularies(self) -> dict[str, list[str]]:
+        return {"target": self.vocab.to_list()}
+
+
+class CaptionDataset(torch.utils.data.Dataset):
+    """One example per (image, caption); the image is a row of ``sources`` (cached features) or a file loaded on demand."""
+
+    def __init__(self, image_ids: list[int], caption_ids: list[list[int]], sources: Tensor | None, paths: list[Path], size: int, normalization):
+        self.image_ids, self.caption_ids = image_ids, caption_ids
+        self.sources, self.paths, self.size, self.normalization = sources, paths, size, normalization
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+    def __getitem__(self, index: int) -> tuple[int, Tensor, list[int]]:
+        image = self.image_ids[index]
+        source = self.sources[image] if self.sources is not None else load_image(self.paths[image], self.size, self.normalization)
+        return index, source, self.caption_ids[index]
+
+    @property
+    def lengths(self) -> list[tuple[int, int]]:
+        return [(len(ids), 0) for ids in self.caption_ids]
+
+
+def collate_captions(examples, cached: bool) -> Batch:
+    index, sources, captions = zip(*examples)
+    stacked = torch.stack(sources)
+    source = GridFeatures(stacked.float()) if cached else Pixels(stacked)  # (B, C, g, g) | (B, 3, H, W)
+    return Batch(source, pad_sequences(captions).ids, torch.tensor(index))
+
+
+@dataclass(frozen=True)
+class Caption:
+    image: str  # the path as given
+    words: list[str]
+    text: str
+    score: float
+    attention: Tensor  # (T, L): one row per output step (incl. <eos> when finished) over the grid cells
+    grid: tuple[int, int]  # (height, width) of the attention grid, from the encoder's layout
+    finished: bool
+    error: str | None = None  # why this image was not captioned
+
+
+class Captioner:
+    def __init__(self, model: EncoderDecoder, pipeline: CaptionPipeline, search_config: SearchConfig, device: torch.device, cache: FeatureCache | None = None):
+        self.model = model.to(device).eval()
+        self.pipeline = pipeline
+        self.search = search_config
+        self.device = device
+        self.cache = cache if cache is not None and model.encoder.is_frozen else None
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: str | Path | Checkpoint, device: str = "auto", cache_dir: str | Path | None = None) -> "Captioner":
+        if not isinstance(checkpoint, Checkpoint):
+            checkpoint = load_checkpoint(checkpoint, task=TASK)
+        config = from_dict(ExperimentConfig, checkpoint.config)
+        pipeline = CaptionPipeline.from_checkpoint(checkpoint)
+        model = build_captioning_model(config, pipeline.vocab)
+        model.load_state_dict(checkpoint.model)
+        cache = _feature_cache(model.encoder, cache_dir) if cache_dir else None
+        return cls(model, pipeline, config.search, resolve_device(device), cache)
+
+    def _sources(self, paths: list[Path]) -> Pixels | GridFeatures:
+        encoder: ImageEncoder = self.model.encoder
+        if self.cache is not None:
+            return GridFeatures(self.cache.get(paths, partial(_grid_on, encoder, self.device)).float())
+        return Pixels(torch.stack([load_image(p, encoder.config.image_size, encoder.normalization) for p in paths]))
+
+    @torch.no_grad()
+    def caption(self, images: Sequence[str | Path], beam_size: int | None = None, batch_size: int = 32, n_best: int = 1) -> list[list[Caption]]:
+        """The ``n_best`` captions of each image, in input order; an unreadable image gets one Caption with ``error``."""
+        results: list[list[Caption] | None] = [None] * len(images)
+        vocab = self.pipeline.vocab
+        for start in range(0, len(images), batch_size):
+            chunk = list(range(start, min(start + batch_size, len(images))))
+            try:
+                source = self._sources([Path(images[i]) for i in chunk]).to(self.device)
+            except ImageError as error:  # isolate the bad image: the others are still captioned
+                if len(chunk) == 1:
+                    results[chunk[0]] = [Caption(str(images[chunk[0]]), [], "", float("-inf"), torch.zeros(0, 0), (0, 0), False, error=str(error))]
+                else:
+                    for i in chunk:
+                        results[i] = self.caption([images[i]], beam_size, 1, n_best)[0]
+                continue
+            encoded = self.model.encode(source)
+            found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam_size, n_best)
+            grid = (encoded.layout.height, encoded.layout.width)
+            for i, hypotheses in zip(chunk, found):
+                results[i] = [self._caption(str(images[i]), h, grid) for h in hypotheses]
+        return results  # type: ignore[return-value]
+
+    def _caption(self, image: str, hypothesis, grid: tuple[int, int]) -> Caption:
+        words = self.pipeline.vocab.decode(hypothesis.tokens)
+        text = self.pipeline.tokenizer.detokenize(words)
+        return Caption(image, words, text, hypothesis.score, hypothesis.attention, grid, hypothesis.finished)
+
+    def evaluate(
+        self, items: Sequence[CaptionedImage], root: Path, beam_size: int | None = None, batch_size: int = 32, meteor: bool = True, log=print
+    ) -> dict:
+        """Caption metrics of ``items`` (image paths relative to ``root``) against all their references (METEOR optional: it starts Java)."""
+        if not items:
+            raise UserError("nothing to evaluate: no images")
+        captions = self.caption([root / item.image for item in items], beam_size, batch_size)
+        failed = [c[0] for c in captions if c[0].error]
+        for caption in failed:
+            log(f"warning: {caption.error}")
+        tokenize = self.pipeline.tokenizer.tokenize
+        references = [[tokenize(r) for r in item.captions] for item in items]
+        scores = caption_scores([c[0].words for c in captions], references, meteor=meteor, log=log)
+        return {**scores, "images": len(items), "unreadable": len(failed), "beam_size": beam_size or self.search.beam_size}
+
+
+def _grid_on(encoder: ImageEncoder, device: torch.device, pixels: Tensor) -> Tensor:
+    return encoder.grid_features(pixels.to(device))
+
+
+def _feature_cache(encoder: ImageEncoder, root: str | Path) -> FeatureCache | None:
+    """A cache for this encoder, or None when caching does not apply (fine-tuned or random backbone)."""
+    identity = encoder_identity(encoder)
+    if not encoder.is_frozen or identity["weights_sha256"] == "none":
+        return None
+    return FeatureCache(root, identity)
+
+
+def _examples(items: Sequence[CaptionedImage], root: Path, pipeline: CaptionPipeline, max_length: int) -> tuple[list[Path], list[int], list[list[int]]]:
+    paths = [root / item.image for item in items]
+    image_ids, caption_ids = [], []
+    for image, item in enumerate(items):
+        for caption in item.captions:
+            words = pipeline.tokenizer.tokenize(caption)
+            if 0 < len(words) <= max_length:
+                image_ids.append(image)
+                caption_ids.append(pipeline.vocab.encode(words, add_bos=True, add_eos=True))
+    return paths, image_ids, caption_ids
+
+
+def train_captioning(
+    config: ExperimentConfig, resume: Checkpoint | None = None, overwrite: bool = False, progress_bar: bool = True, log=print
+) -> TrainingProgress:
+    """Train (or continue) a captioning model as ``config`` says; checkpoints go to ``config.run_dir``."""
+    run_dir = claim_run_dir(config, resume is not None, overwrite)
+    folder = Path(config.data.path)
+    root = image_root(folder)
+    train_items, valid_items = read_caption_split(folder, "train"), read_caption_split(folder, "valid")
+    if config.train.valid_max_examples > 0:
+        valid_items = valid_items[: config.train.valid_max_examples]
+    torch.manual_seed(config.train.seed)
+    if resume is not None:
+        pipeline = CaptionPipeline.from_checkpoint(resume)
+    else:
+        pipeline = CaptionPipeline.build(config, [c for item in train_items for c in item.captions], config.data.target_lang or "en")
+    config = replace(config, data=replace(config.data, target_lang=pipeline.language))
+    model = build_captioning_model(config, pipeline.vocab)
+    encoder: ImageEncoder = model.encoder
+    paths, image_ids, caption_ids = _examples(train_items, root, pipeline, config.data.max_target_length)
+    if not caption_ids:
+        raise UserError(f"{folder}: no usable training captions")
+    cache = _feature_cache(encoder, config.data.feature_cache) if config.data.feature_cache else None
+    sources = None
+    if cache is not None:
+        log(f"feature cache {cache.folder}: computing or reading the grid features of {len(paths)} training images")
+        sources = cache.get(paths, partial(_grid_on, encoder.to(resolve_device(config.train.device)), resolve_device(config.train.device)))
+        log(f"feature cache: {cache.stats.hits} hits, {cache.stats.misses} computed")
+    dataset = CaptionDataset(image_ids, caption_ids, sources, paths, config.image_encoder.image_size, encoder.normalization)
+    log(f"captioning: {len(paths)} training images, {len(caption_ids)} captions, {len(valid_items)} validation images; vocabulary {len(pipeline.vocab)}")
+    log(f"model: {count_parameters(model):,} parameters ({sum(p.numel() for p in model.parameters() if p.requires_grad):,} trainable)")
+    objective = Seq2SeqObjective(config.train.label_smoothing, config.train.attention_regularization, config.train.teacher_forcing, pipeline.vocab.pad_index)
+
+    def validate(trained: nn.Module) -> dict:
+        captioner = Captioner(trained, pipeline, config.search, next(trained.parameters()).device, cache)
+        metrics = captioner.evaluate(valid_items, root, beam_size=config.train.valid_beam_size, batch_size=64, meteor=False)
+        return {"bleu4": metrics["bleu4"], "cider_d": metrics["cider_d"], "score": metrics["cider_d"]}  # CIDEr-D: defined for short captions too
+
+    trainable_backbone = [p for p in encoder.backbone.parameters() if p.requires_grad]
+    backbone_ids = {id(p) for p in trainable_backbone}
+    groups = [{"params": [p for p in model.parameters() if p.requires_grad and id(p) not in backbone_ids]}]
+    if trainable_backbone:
+        groups.append({"params": trainable_backbone, "lr": config.image_encoder.backbone_lr or config.train.lr})
+    trainer = Trainer(
+        model,
+        objective,
+        dataset,
+        partial(collate_captions, cached=sources is not None),
+        validate,
+        config.train,
+        run_dir,
+        CheckpointContents(TASK, to_dict(config), pipeline.vocabularies),
+        progress_bar=progress_bar,
+        log=log,
+        parameter_groups=groups,
+    )
+    if resume is not None:
+        trainer.restore(resume)
+        log(f"resuming after epoch {trainer.progress.epoch} (best score {trainer.progress.best_score})")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, run_dir / "config.yaml")
+    return trainer.fit()

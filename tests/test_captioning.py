@@ -1,0 +1,76 @@
+"""Captioning through the shared decoder: learns tiny synthetic images; batched search equals one at a time."""
+
+import pytest
+import torch
+from PIL import Image
+
+from attnkit.captioning import Captioner, train_captioning
+from attnkit.config import load_config
+from attnkit.data.captions import CaptionedImage, read_caption_split, write_caption_dataset
+
+COLOURS = {"red": (220, 30, 30), "green": (30, 200, 40), "blue": (30, 40, 220), "yellow": (230, 220, 30), "black": (5, 5, 5), "white": (250, 250, 250)}
+SHAPES = {"square": lambda d, c: d.rectangle([8, 8, 24, 24], fill=c), "circle": lambda d, c: d.ellipse([8, 8, 24, 24], fill=c)}
+
+
+@pytest.fixture(scope="module")
+def scenes(tmp_path_factory):
+    """12 tiny images: a coloured square or circle on grey; caption 'a COLOUR SHAPE'."""
+    from PIL import ImageDraw
+
+    folder = tmp_path_factory.mktemp("scenes")
+    (folder / "images").mkdir()
+    items = []
+    for colour, rgb in COLOURS.items():
+        for shape, draw in SHAPES.items():
+            image = Image.new("RGB", (32, 32), (128, 128, 128))
+            draw(ImageDraw.Draw(image), rgb)
+            name = f"{colour}-{shape}.png"
+            image.save(folder / "images" / name)
+            items.append(CaptionedImage(name, (f"a {colour} {shape} .", f"A {colour} {shape}")))
+    return write_caption_dataset(folder / "data", {"train": items, "valid": items, "test": items}, folder / "images")
+
+
+TINY = [
+    "task=captioning", "image_encoder.backbone=resnet18", "image_encoder.weights=none", "image_encoder.image_size=32",
+    "image_encoder.grid_size=2", "image_encoder.memory_size=32", "decoder.embedding_size=16", "decoder.hidden_size=48",
+    "decoder.attention_size=16", "decoder.dropout=0.0", "decoder.style=luong", "decoder.score=general",
+    "data.tokenizer.kind=space", "data.feature_cache=", "train.batch_size=4", "train.lr=0.005", "train.patience=0",
+    "train.attention_regularization=0.5", "search.beam_size=1", "search.max_length_ratio=0", "search.max_length_offset=6",
+]  # fmt: skip
+
+
+def test_captioning_learns_tiny_synthetic_images(scenes, tmp_path):
+    config = load_config(None, [f"data.path={scenes}", f"output_dir={tmp_path}", "train.epochs=30", *TINY])
+    train_captioning(config, progress_bar=False, log=lambda _: None)
+    captioner = Captioner.from_checkpoint(tmp_path / "best.pt", device="cpu")
+    items = read_caption_split(scenes, "test")
+    captions = captioner.caption([scenes.parent / "images" / item.image for item in items], beam_size=1)
+    correct = sum(c[0].text == item.captions[0].lower().rstrip(" .") for c, item in zip(captions, items))
+    assert correct >= 11, [c[0].text for c in captions]
+    first = captions[0][0]
+    assert first.grid == (2, 2) and first.attention.shape == (len(first.words) + first.finished, 4)
+    torch.testing.assert_close(first.attention.sum(1), torch.ones(first.attention.shape[0]))
+
+
+def test_batched_beam_search_on_images_equals_one_at_a_time(scenes, tmp_path):
+    config = load_config(None, [f"data.path={scenes}", f"output_dir={tmp_path}", "train.epochs=2", *TINY])
+    train_captioning(config, progress_bar=False, log=lambda _: None)
+    captioner = Captioner.from_checkpoint(tmp_path / "last.pt", device="cpu")
+    paths = sorted((scenes.parent / "images").iterdir())
+    together = captioner.caption(paths, beam_size=3, batch_size=12)
+    for path, batched in zip(paths, together):
+        alone = captioner.caption([path], beam_size=3)[0]
+        assert alone[0].words == batched[0].words
+        assert alone[0].score == pytest.approx(batched[0].score, abs=1e-4)
+
+
+def test_unreadable_images_get_an_error_and_the_others_a_caption(scenes, tmp_path):
+    config = load_config(None, [f"data.path={scenes}", f"output_dir={tmp_path}", "train.epochs=1", *TINY])
+    train_captioning(config, progress_bar=False, log=lambda _: None)
+    captioner = Captioner.from_checkpoint(tmp_path / "last.pt", device="cpu")
+    (tmp_path / "broken.png").write_text("no image here")
+    good = next((scenes.parent / "images").iterdir())
+    results = captioner.caption([good, tmp_path / "missing.png", tmp_path / "broken.png", tmp_path, good], beam_size=2)
+    assert [r[0].error is None for r in results] == [True, False, False, False, True]
+    assert "file not found" in results[1][0].error and "not an image" in results[2][0].error and "directory" in results[3][0].error
+    assert results[0][0].words == results[4][0].words
