@@ -33,6 +33,47 @@ def plot_attention_matrix(attention: Tensor, source_words: Sequence[str], target
     return save_figure(figure, path)
 
 
+def attention_maps(attention: Tensor, grid: tuple[int, int], size: tuple[int, int]) -> Tensor:
+    """Attention over grid cells (T, h*w), row-major, upsampled to an image's (height, width): (T, height, width)."""
+    import torch.nn.functional as F
+
+    height, width = grid
+    maps = attention.float().cpu().view(-1, 1, height, width)  # (T, 1, h, w)
+    return F.interpolate(maps, size=size, mode="bilinear", align_corners=False)[:, 0]  # (T, H, W)
+
+
+def plot_image_attention(image, words: Sequence[str], attention: Tensor, grid: tuple[int, int], path: str | Path, title: str = "", columns: int = 5) -> Path:
+    """The image, then one panel per generated word with its attention map upsampled and overlaid.
+
+    ``image`` is a PIL image (shown as given); ``attention`` is (T, h*w) with T == len(words),
+    ``grid`` the (h, w) of the encoder's layout.
+    """
+    import numpy as np
+
+    if attention.shape[0] != len(words) or attention.shape[1] != grid[0] * grid[1]:
+        raise ValueError(f"attention is {tuple(attention.shape)} but there are {len(words)} words and a {grid[0]}x{grid[1]} grid")
+    pixels = np.asarray(image)
+    maps = attention_maps(attention, grid, pixels.shape[:2]).numpy()
+    panels = 1 + len(words)
+    rows = (panels + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(2.2 * columns, 2.3 * rows), squeeze=False)
+    for index, axis in enumerate(axes.flat):
+        axis.axis("off")
+        if index >= panels:
+            continue
+        axis.imshow(pixels)
+        if index == 0:
+            axis.set_title("input", fontsize=9)
+            continue
+        weights = maps[index - 1]
+        axis.imshow(weights / max(float(weights.max()), 1e-8), cmap="jet", alpha=0.45, vmin=0.0, vmax=1.0)
+        axis.set_title(words[index - 1], fontsize=10)
+    if title:
+        figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    return save_figure(figure, path)
+
+
 def save_figure(figure, path: str | Path) -> Path:
     """Write a figure atomically (a half-written PNG never replaces a good one)."""
     try:
