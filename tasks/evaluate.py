@@ -1,11 +1,19 @@
-"""Score a checkpoint: sacreBLEU BLEU and chrF as JSON.
+"""Score a checkpoint on a split of its dataset or on any data; prints the scores as one JSON object.
+
+Translation (sacreBLEU BLEU and chrF):
 
     python tasks/evaluate.py --checkpoint runs/demo/best.pt --split test
     python tasks/evaluate.py --checkpoint CK --source test.de --reference test.en --beam 5
 
+Captioning (BLEU-1..4, CIDEr-D, METEOR when Java is there, NLTK BLEU-4):
+
+    python tasks/evaluate.py --checkpoint runs/flickr8k/best.pt --split test --beam 5
+    python tasks/evaluate.py --checkpoint CK --images photos/ --captions Flickr8k.token.txt
+
 ``--split`` reads the prepared dataset the checkpoint was trained on (or
-``--data DIR``); ``--source``/``--reference`` take any raw, untokenised
-parallel text, one sentence per line.
+``--data DIR``). ``--source``/``--reference`` take any raw, untokenised parallel
+text, one sentence per line; ``--images``/``--captions`` any folder of images with
+a caption file in the Flickr8k format (``image#k<TAB>caption``).
 """
 
 from __future__ import annotations
@@ -14,11 +22,14 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+from attnkit.captioning import TASK as CAPTIONING, Captioner
 from attnkit.checkpoint import load_checkpoint
+from attnkit.data.captions import CaptionedImage, image_root, read_caption_split, read_flickr8k_captions
 from attnkit.data.text import read_lines, read_parallel
 from attnkit.errors import UserError, run_cli
-from attnkit.translation import TASK, Translator
+from attnkit.translation import TASK as TRANSLATION, Translator
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -26,23 +37,39 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--split", help="split of the prepared dataset: train, valid or test")
     parser.add_argument("--data", help="prepared dataset folder (default: the one in the checkpoint's config)")
-    parser.add_argument("--source", metavar="FILE", help="raw source sentences, one per line")
-    parser.add_argument("--reference", metavar="FILE", help="raw reference translations, line-aligned with --source")
+    parser.add_argument("--source", metavar="FILE", help="translation: raw source sentences, one per line")
+    parser.add_argument("--reference", metavar="FILE", help="translation: raw reference translations, line-aligned with --source")
+    parser.add_argument("--images", metavar="DIR", help="captioning: folder of the images named in --captions")
+    parser.add_argument("--captions", metavar="FILE", help="captioning: reference captions, Flickr8k format (image#k<TAB>caption)")
     parser.add_argument("--beam", type=int, default=None, help="beam size (default: the checkpoint's search.beam_size)")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--limit", type=int, default=0, help="score only the first N pairs (0: all)")
-    parser.add_argument("--output", metavar="FILE", help="also write the translations here, one per line")
+    parser.add_argument("--limit", type=int, default=0, help="score only the first N pairs or images (0: all)")
+    parser.add_argument("--output", metavar="FILE", help="translation: also write the translations here, one per line")
+    parser.add_argument("--cache", metavar="DIR", help="captioning: feature cache folder for a frozen encoder (default: none)")
     parser.add_argument("--device", default="auto")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
+    checkpoint = load_checkpoint(args.checkpoint)
+    if checkpoint.task == TRANSLATION:
+        result = evaluate_translation(args, checkpoint)
+    elif checkpoint.task == CAPTIONING:
+        result = evaluate_captioning(args, checkpoint)
+    else:
+        raise UserError(f"{args.checkpoint} is a '{checkpoint.task}' checkpoint; evaluate.py scores {TRANSLATION} and {CAPTIONING} checkpoints")
+    print(json.dumps({"checkpoint": args.checkpoint, **result}, ensure_ascii=False))
+    return 0
+
+
+def evaluate_translation(args: argparse.Namespace, checkpoint) -> dict:
+    if args.images or args.captions:
+        raise UserError("--images/--captions are for captioning checkpoints; this one translates (use --source/--reference)")
     if bool(args.source) != bool(args.reference):
         raise UserError("--source and --reference go together")
     if bool(args.split) == bool(args.source):
         raise UserError("give either --split NAME or --source FILE --reference FILE")
-    checkpoint = load_checkpoint(args.checkpoint, task=TASK)
     config = checkpoint.config
     if args.split:
         data = args.data or config["data"]["path"]
@@ -57,9 +84,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.limit > 0:
         pairs = pairs[: args.limit]
     translator = Translator.from_checkpoint(checkpoint, device=args.device)
-    scores = translator.evaluate(pairs, beam_size=args.beam, batch_size=args.batch_size, hypotheses_file=args.output)
-    print(json.dumps({"checkpoint": args.checkpoint, **what, **scores}, ensure_ascii=False))
-    return 0
+    return {**what, **translator.evaluate(pairs, beam_size=args.beam, batch_size=args.batch_size, hypotheses_file=args.output)}
+
+
+def evaluate_captioning(args: argparse.Namespace, checkpoint) -> dict:
+    if args.source or args.reference or args.output:
+        raise UserError("--source/--reference/--output are for translation checkpoints; this one captions (use --images/--captions)")
+    if bool(args.images) != bool(args.captions):
+        raise UserError("--images and --captions go together")
+    if bool(args.split) == bool(args.images):
+        raise UserError("give either --split NAME or --images DIR --captions FILE")
+    if args.split:
+        data = args.data or checkpoint.config["data"]["path"]
+        items, root = read_caption_split(data, args.split), image_root(data)
+        what = {"data": data, "split": args.split}
+    else:
+        root = Path(args.images)
+        if not root.is_dir():
+            raise UserError(f"image folder not found: {root}")
+        items = [CaptionedImage(image, tuple(texts)) for image, texts in read_flickr8k_captions(args.captions).items()]
+        what = {"images": args.images, "captions": args.captions}
+    if args.limit > 0:
+        items = items[: args.limit]
+    captioner = Captioner.from_checkpoint(checkpoint, device=args.device, cache_dir=args.cache)
+    log = lambda message: print(message, file=sys.stderr)  # noqa: E731  (stdout is the JSON)
+    return {**what, **captioner.evaluate(items, root, beam_size=args.beam, batch_size=args.batch_size, log=log)}
 
 
 if __name__ == "__main__":

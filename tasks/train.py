@@ -1,6 +1,7 @@
 """Train a model from a recipe.
 
     python tasks/train.py --config tasks/configs/multi30k_de_en.yaml [--set train.epochs=10 ...]
+    python tasks/train.py --config tasks/configs/flickr8k.yaml
     python tasks/train.py --resume runs/multi30k_de_en/last.pt [--set train.epochs=20]
 
 Checkpoints (best.pt, last.pt), the resolved config.yaml and log.jsonl (one
@@ -14,6 +15,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from attnkit.captioning import TASK as CAPTIONING, train_captioning
 from attnkit.checkpoint import load_checkpoint
 from attnkit.config import ExperimentConfig, apply_overrides, from_dict, load_config
 from attnkit.errors import UserError, run_cli
@@ -42,9 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(args.config, args.overrides)
     else:
         raise UserError("give --config tasks/configs/NAME.yaml for a new run or --resume CHECKPOINT to continue one")
-    if config.task != TRANSLATION:
-        raise UserError(f"task '{config.task}' cannot be trained yet; available: {TRANSLATION}")
-    progress = train_translation(config, resume=resume, overwrite=args.overwrite, progress_bar=not args.no_progress)
+    trainers = {TRANSLATION: train_translation, CAPTIONING: train_captioning}
+    if config.task not in trainers:
+        raise UserError(f"unknown task '{config.task}'; available: {', '.join(trainers)}")
+    progress = trainers[config.task](config, resume=resume, overwrite=args.overwrite, progress_bar=not args.no_progress)
     print(f"done after {progress.epoch} epochs; best validation score {progress.best_score:.2f}; checkpoints in {config.run_dir}")
     return 0
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
+from attnkit.cli import add_search_arguments, beam_for, numbered_path
 from attnkit.data.text import read_lines
 from attnkit.errors import UserError, run_cli
 from attnkit.translation import Translator
@@ -29,20 +29,13 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("sentences", nargs="*", help="sentences to translate (default: --input, else standard input)")
     parser.add_argument("--checkpoint", required=True, help="a translation checkpoint (best.pt)")
     parser.add_argument("--input", metavar="FILE", help="translate each line of this UTF-8 file")
-    parser.add_argument("--beam", type=int, default=None, help="beam size (default: the checkpoint's search.beam_size; 1 = greedy)")
-    parser.add_argument("--n-best", type=int, default=1, help="print this many translations per sentence")
-    parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--attention-png", metavar="OUT.png", help="write the source x output attention matrix (OUT-<n>.png per sentence when several)")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    add_search_arguments(parser, batch_size=64)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
-    if args.beam is not None and args.beam < 1:
-        raise UserError("--beam must be at least 1")
-    if args.n_best < 1 or (args.n_best > (args.beam or args.n_best)):
-        raise UserError("--n-best must be between 1 and the beam size")
     if args.sentences and args.input:
         raise UserError("give sentences or --input FILE, not both")
     translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
@@ -55,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not sentences:
         raise UserError("nothing to translate: no sentence given")
 
-    beam = args.beam or max(translator.search.beam_size, args.n_best)
+    beam = beam_for(args, translator.search.beam_size)
     results = translator.translate(sentences, beam_size=beam, batch_size=args.batch_size, n_best=args.n_best)
     failures = 0
     for number, nbest in enumerate(results, 1):
@@ -81,9 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.attention_png:
         drawable = [(n, r[0]) for n, r in enumerate(results, 1) if not r[0].error]
         for number, best in drawable:
-            path = Path(args.attention_png)
-            if len(results) > 1:
-                path = path.with_name(f"{path.stem}-{number}{path.suffix or '.png'}")
+            path = numbered_path(args.attention_png, number, several=len(results) > 1)
             rows = best.words + ([EOS] if best.finished else [])
             plot_attention_matrix(best.attention, best.source_words, rows, path, title=best.text)
             print(f"attention: {path}", file=sys.stderr)

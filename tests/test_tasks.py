@@ -74,11 +74,14 @@ def test_bad_input_is_one_clear_message_and_a_nonzero_exit(checkpoint, tmp_path,
     other_task = tmp_path / "caption.pt"
     loaded = load_checkpoint(checkpoint)
     save_checkpoint(other_task, type(loaded)("captioning", loaded.config, loaded.vocabularies, loaded.model))
+    unknown_task = tmp_path / "mystery.pt"
+    save_checkpoint(unknown_task, type(loaded)("mystery", loaded.config, loaded.vocabularies, loaded.model))
     (tmp_path / "bad.yaml").write_text("train:\n  epochz: 3\n")
     cases = [
         (translate.main, ["--checkpoint", str(tmp_path / "missing.pt"), "a"], "checkpoint not found"),
         (translate.main, ["--checkpoint", str(other_task), "a"], "'captioning' checkpoint"),
-        (evaluate.main, ["--checkpoint", str(other_task), "--split", "test"], "'captioning' checkpoint"),
+        (evaluate.main, ["--checkpoint", str(unknown_task), "--split", "test"], "'mystery' checkpoint"),
+        (evaluate.main, ["--checkpoint", str(checkpoint), "--images", str(tmp_path), "--captions", "x"], "are for captioning checkpoints"),
         (train.main, ["--config", str(tmp_path / "bad.yaml")], "unknown config key train.epochz; valid keys in train: batch_size"),
         (train.main, [*TINY, "--set", f"data.path={tmp_path / 'nowhere'}"], "data folder not found"),
         (train.main, [], "give --config"),

@@ -17,6 +17,7 @@ attnkit with the run's config, as for translation.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,15 +50,17 @@ def write_caption_dataset(
         for name, items in splits.items():
             lines = []
             for item in items:
-                image = _one_line(item.image)
-                if not image:
-                    raise UserError(f"split '{name}': an image with an empty path")
+                image = item.image
+                if not image or image != image.strip() or any(c in image for c in "\t\r\n"):
+                    raise UserError(f"split '{name}': image path {image!r} is empty, has surrounding spaces or a tab / line break")
                 lines += [f"{image}\t{_one_line(caption)}\n" for caption in item.captions]
             write_text_atomic(folder / f"{name}.tsv", "".join(lines))
+        stored_root = str(image_root)  # absolute unless the two share a folder below the file system root
         try:
-            stored_root = os.path.relpath(image_root, folder.resolve())
+            if Path(os.path.commonpath([image_root, folder.resolve()])) != Path(image_root.anchor):
+                stored_root = os.path.relpath(image_root, folder.resolve())
         except ValueError:  # another drive (Windows)
-            stored_root = str(image_root)
+            pass
         meta = {
             "task": TASK,
             "language": language,
@@ -101,3 +104,36 @@ def read_caption_split(folder: str | Path, split: str) -> list[CaptionedImage]:
             raise UserError(f"{path}:{number}: expected image<TAB>caption")
         captions.setdefault(image, []).append(caption)
     return [CaptionedImage(image, tuple(texts)) for image, texts in captions.items()]
+
+
+FLICKR8K_LINE = re.compile(r"(?P<image>[^\t]+?)#(?P<k>\d+)[\t ](?P<caption>.*)")  # a few copies use a space, not a TAB
+
+
+def read_flickr8k_captions(path: str | Path) -> dict[str, list[str]]:
+    """A Flickr8k-format caption file (``image#k<TAB>caption`` per line) as image name -> captions, in file order."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"caption file not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path} is not UTF-8 text ({error})") from None
+    captions: dict[str, list[str]] = {}
+    seen: set[tuple[str, str]] = set()
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.rstrip("\r")
+        if not line.strip():
+            continue
+        match = FLICKR8K_LINE.fullmatch(line)
+        if match is None:
+            raise UserError(f"{path}, line {number}: expected '<image>#<k><TAB><caption>', found {line[:80]!r}")
+        image, k, caption = match["image"].strip(), match["k"], _one_line(match["caption"])
+        if not caption:
+            raise UserError(f"{path}, line {number}: the caption of {image}#{k} is empty")
+        if (image, k) in seen:
+            raise UserError(f"{path}, line {number}: {image}#{k} appears twice")
+        seen.add((image, k))
+        captions.setdefault(image, []).append(caption)
+    if not captions:
+        raise UserError(f"{path} holds no captions")
+    return captions

@@ -1,0 +1,74 @@
+"""Caption images with a trained checkpoint.
+
+    python tasks/caption.py --checkpoint runs/flickr8k/best.pt photo.jpg more/*.jpg
+    python tasks/caption.py --checkpoint CK --beam 5 --attention-png attention.png photo.jpg
+
+Prints ``path<TAB>caption`` per image (with --n-best N: N lines of
+``path<TAB>rank<TAB>score<TAB>caption``). Many images go through one batched
+beam search. An image that cannot be read (missing, not an image, truncated,
+too large, a directory) prints a message on stderr and makes the exit code 1;
+the other images are still captioned. ``--attention-png`` writes, per image,
+the image and one panel per generated word with its attention map overlaid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from attnkit.captioning import Captioner
+from attnkit.cli import add_search_arguments, beam_for, numbered_path
+from attnkit.data.images import ImageError, open_rgb
+from attnkit.errors import UserError, run_cli
+from attnkit.viz import plot_image_attention
+from attnkit.vocab import EOS
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("images", nargs="+", help="image files")
+    parser.add_argument("--checkpoint", required=True, help="a captioning checkpoint (best.pt)")
+    parser.add_argument("--attention-png", metavar="OUT.png", help="write the per-word attention overlays (OUT-<n>.png per image when several)")
+    parser.add_argument("--cache", metavar="DIR", help="feature cache folder for a frozen encoder (default: no cache)")
+    add_search_arguments(parser, batch_size=32)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = get_args_parser().parse_args(argv)
+    captioner = Captioner.from_checkpoint(args.checkpoint, device=args.device, cache_dir=args.cache)
+    beam = beam_for(args, captioner.search.beam_size)
+    results = captioner.caption(args.images, beam_size=beam, batch_size=args.batch_size, n_best=args.n_best)
+    failures = 0
+    for nbest in results:
+        best = nbest[0]
+        if best.error:
+            failures += 1
+            print(f"error: {best.error}", file=sys.stderr)
+            continue
+        if args.n_best == 1:
+            print(f"{best.image}\t{best.text}")
+        else:
+            for rank, caption in enumerate(nbest, 1):
+                print(f"{caption.image}\t{rank}\t{caption.score:.4f}\t{caption.text}")
+    sys.stdout.flush()
+
+    if args.attention_png:
+        for number, nbest in enumerate(results, 1):
+            best = nbest[0]
+            if best.error:
+                continue
+            path = numbered_path(args.attention_png, number, several=len(results) > 1)
+            try:
+                image = open_rgb(best.image)
+            except ImageError as error:  # removed or changed since it was captioned
+                raise UserError(str(error)) from None
+            words = best.words + ([EOS] if best.finished else [])
+            plot_image_attention(image, words, best.attention, best.grid, path, title=best.text)
+            print(f"attention: {path}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
