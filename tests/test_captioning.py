@@ -74,3 +74,38 @@ def test_unreadable_images_get_an_error_and_the_others_a_caption(scenes, tmp_pat
     assert [r[0].error is None for r in results] == [True, False, False, False, True]
     assert "file not found" in results[1][0].error and "not an image" in results[2][0].error and "directory" in results[3][0].error
     assert results[0][0].words == results[4][0].words
+
+
+def test_caption_and_evaluate_scripts_end_to_end(scenes, tmp_path, capsys, monkeypatch):
+    import json
+
+    from attnkit.errors import run_cli
+    from conftest import ROOT
+    from tasks import caption, evaluate, train
+
+    monkeypatch.chdir(ROOT)
+    argv = ["--config", "tasks/configs/tiny.yaml", "--no-progress", *(a for s in [f"data.path={scenes}", f"output_dir={tmp_path / 'run'}", "train.epochs=1", *TINY] for a in ("--set", s))]
+    assert run_cli(train.main, argv) == 0
+    checkpoint = str(tmp_path / "run" / "best.pt")
+    images = sorted((scenes.parent / "images").iterdir())[:3]
+    capsys.readouterr()
+    png = tmp_path / "overlay.png"
+    assert run_cli(caption.main, ["--checkpoint", checkpoint, "--beam", "2", "--attention-png", str(png), *map(str, images)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[0] for line in lines] == [str(p) for p in images]
+    assert all((tmp_path / f"overlay-{n}.png").stat().st_size > 1000 for n in (1, 2, 3))
+
+    (tmp_path / "bad.jpg").write_bytes(b"\xff\xd8 truncated")
+    assert run_cli(caption.main, ["--checkpoint", checkpoint, str(images[0]), str(tmp_path / "bad.jpg")]) == 1
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 1 and "bad.jpg" in captured.err and "Traceback" not in captured.err
+
+    assert run_cli(evaluate.main, ["--checkpoint", checkpoint, "--split", "test", "--beam", "1"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert {"bleu1", "bleu4", "cider_d", "meteor", "bleu4_nltk"} <= set(scores) and scores["images"] == 12
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("".join(f"{p.name}#0\tA caption for {p.stem} .\n" for p in images))
+    assert run_cli(evaluate.main, ["--checkpoint", checkpoint, "--images", str(images[0].parent), "--captions", str(tokens)]) == 0
+    assert json.loads(capsys.readouterr().out)["images"] == 3
+    assert run_cli(evaluate.main, ["--checkpoint", checkpoint, "--source", "x", "--reference", "y"]) == 2
+    assert "are for translation checkpoints" in capsys.readouterr().err

@@ -18,10 +18,11 @@ def text_encoder(rnn="gru", bidirectional=True, layers=1):
     return TextEncoder(config, vocab_size=12).eval(), pad_sequences(SOURCES)
 
 
-def image_encoder(backbone, grid=2, trainable=0):
+def image_encoder(backbone, grid=2, trainable=0, keep_mode=False):
     torch.manual_seed(0)
     config = ImageEncoderConfig(backbone=backbone, weights="none", image_size=64, grid_size=grid, memory_size=12, trainable_blocks=trainable)
-    return ImageEncoder(config).eval(), Pixels(torch.randn(len(SOURCES), 3, 64, 64))
+    encoder = ImageEncoder(config)
+    return (encoder if keep_mode else encoder.eval()), Pixels(torch.randn(len(SOURCES), 3, 64, 64))
 
 
 ENCODERS = {
@@ -113,3 +114,14 @@ def test_packaged_efficientnet_lite0_weights_load_and_recognise_dogs():
     with torch.no_grad():
         top5 = network(pixels).topk(5).indices
     assert all(any(151 <= int(c) <= 268 for c in row) for row in top5), top5
+
+
+def test_a_new_image_encoder_never_updates_batchnorm_statistics():
+    encoder, source = image_encoder("resnet18")
+    encoder.train()
+    fresh, _ = image_encoder("resnet18", keep_mode=True)  # never put in eval() by hand
+    before = [m.running_mean.clone() for m in fresh.backbone.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    fresh(source)
+    after = [m.running_mean for m in fresh.backbone.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    torch.testing.assert_close(fresh(source).memory, encoder.eval()(source).memory)

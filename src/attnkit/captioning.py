@@ -179,7 +179,13 @@ class Captioner:
 
 
 def _grid_on(encoder: ImageEncoder, device: torch.device, pixels: Tensor) -> Tensor:
-    return encoder.grid_features(pixels.to(device))
+    """Grid features for the cache: always in eval mode (no dropout, pretrained BatchNorm statistics)."""
+    was_training = encoder.training
+    encoder.eval()
+    try:
+        return encoder.grid_features(pixels.to(device))
+    finally:
+        encoder.train(was_training)
 
 
 def _feature_cache(encoder: ImageEncoder, root: str | Path) -> FeatureCache | None:

@@ -147,6 +147,7 @@ class ImageEncoder(nn.Module):
         self.init_size = self.output_size
         self.projection = nn.Linear(self.channels, self.output_size) if config.memory_size else nn.Identity()
         self.dropout = nn.Dropout(config.dropout)
+        self.train()  # puts the backbone's BatchNorm layers in eval mode from the start (see train())
 
     @property
     def is_frozen(self) -> bool:
