@@ -109,8 +109,10 @@ def test_train_refuses_to_overwrite_and_resumes(checkpoint, capsys):
 def test_demo_runs_on_the_embedded_corpus_and_lists_its_outputs(tmp_path, capsys):
     run_dir = tmp_path / "demo"
     argv = ["--config", "tasks/configs/tiny.yaml", "--no-progress", "--set", "train.epochs=1", "--set", f"output_dir={run_dir}"]
+    argv += ["--caption-set", "train.epochs=1", "--caption-set", f"data.feature_cache={tmp_path / 'cache'}"]
     assert run_cli(demo.main, argv) == 0
     out = capsys.readouterr().out
-    for name in ["best.pt", "log.jsonl", "translations.txt", "attention.png", "test_scores.json"]:
+    captioner = ["captioner/best.pt", "captioner/captions.txt", *(f"captioner/caption-attention-{n}.png" for n in range(1, 5))]
+    for name in ["best.pt", "log.jsonl", "translations.txt", "attention.png", "test_scores.json", *captioner]:
         assert (run_dir / name).stat().st_size > 0 and str(run_dir / name) in out
     assert json.loads((run_dir / "test_scores.json").read_text())["sentences"] == 500

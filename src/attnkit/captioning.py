@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.checkpoint import Checkpoint, load_checkpoint
-from attnkit.config import ExperimentConfig, SearchConfig, from_dict, save_config, to_dict
+from attnkit.config import ExperimentConfig, SearchConfig, from_dict, to_dict
 from attnkit.data.batching import Batch, pad_sequences
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
 from attnkit.data.features import FeatureCache, encoder_identity
@@ -34,7 +34,7 @@ from attnkit.errors import UserError
 from attnkit.metrics import caption_scores
 from attnkit.model import EncoderDecoder, Seq2SeqObjective
 from attnkit.search import search
-from attnkit.train import CheckpointContents, Trainer, TrainingProgress, claim_run_dir, resolve_device
+from attnkit.train import CheckpointContents, Trainer, TrainingProgress, claim_run_dir, resolve_device, run_training
 from attnkit.translation import count_parameters
 from attnkit.vocab import Tokenizer, Vocabulary
 
@@ -263,9 +263,4 @@ def train_captioning(
         log=log,
         parameter_groups=groups,
     )
-    if resume is not None:
-        trainer.restore(resume)
-        log(f"resuming after epoch {trainer.progress.epoch} (best score {trainer.progress.best_score})")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, run_dir / "config.yaml")
-    return trainer.fit()
+    return run_training(trainer, config, resume, log)

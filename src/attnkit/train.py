@@ -28,7 +28,7 @@ from torch import nn
 from tqdm import tqdm
 
 from attnkit.checkpoint import Checkpoint, save_checkpoint
-from attnkit.config import TrainConfig
+from attnkit.config import TrainConfig, save_config
 from attnkit.data.batching import BucketBatchSampler
 from attnkit.errors import UserError
 
@@ -336,3 +336,13 @@ class Trainer:
     def _append_log(self, record: dict[str, Any]) -> None:
         with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as log:
             log.write(json.dumps(record) + "\n")
+
+
+def run_training(trainer: Trainer, config, resume: Checkpoint | None, log: Callable[[str], None] = print) -> TrainingProgress:
+    """Continue ``resume`` when given, store the resolved ``config`` (an ExperimentConfig) beside the checkpoints, train."""
+    if resume is not None:
+        trainer.restore(resume)
+        log(f"resuming after epoch {trainer.progress.epoch} (best score {trainer.progress.best_score})")
+    trainer.run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, trainer.run_dir / "config.yaml")
+    return trainer.fit()

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.checkpoint import Checkpoint, load_checkpoint
-from attnkit.config import ExperimentConfig, SearchConfig, from_dict, save_config, to_dict
+from attnkit.config import ExperimentConfig, SearchConfig, from_dict, to_dict
 from attnkit.data.batching import pad_sequences
 from attnkit.data.text import ParallelTextDataset, collate_pairs, read_parallel, resolve_languages
 from attnkit.errors import UserError
@@ -24,7 +24,7 @@ from attnkit.files import write_text_atomic
 from attnkit.metrics import translation_scores
 from attnkit.model import EncoderDecoder, Seq2SeqObjective, build_translation_model
 from attnkit.search import search
-from attnkit.train import CheckpointContents, Trainer, TrainingProgress, claim_run_dir, resolve_device
+from attnkit.train import CheckpointContents, Trainer, TrainingProgress, claim_run_dir, resolve_device, run_training
 from attnkit.vocab import Tokenizer, Vocabulary
 
 TASK = "translation"
@@ -234,12 +234,7 @@ def train_translation(
         progress_bar=progress_bar,
         log=log,
     )
-    if resume is not None:
-        trainer.restore(resume)
-        log(f"resuming after epoch {trainer.progress.epoch} (best score {trainer.progress.best_score})")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, run_dir / "config.yaml")
-    return trainer.fit()
+    return run_training(trainer, config, resume, log)
 
 
 def count_parameters(model: nn.Module) -> int:
