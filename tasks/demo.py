@@ -110,7 +110,9 @@ def caption_generated_images(args: argparse.Namespace, run_dir: Path) -> list[tu
         outputs.append((png, f"attention over the {best.grid[0]}x{best.grid[1]} grid for each word of '{best.text}'"))
     print("\n".join(lines))
     captions_txt = write_text_atomic(config.run_dir / "captions.txt", "\n".join(lines))
-    return [(config.run_dir / "best.pt", "captioning checkpoint (try: python tasks/caption.py --checkpoint ... IMAGE)"), (captions_txt, "the captions above"), *outputs]
+    example = root / shown[0].image
+    checkpoint = (config.run_dir / "best.pt", f"captioning checkpoint (try: python tasks/caption.py --checkpoint {config.run_dir / 'best.pt'} {example})")
+    return [checkpoint, (captions_txt, "the captions above"), *outputs]
 
 
 if __name__ == "__main__":
