@@ -56,3 +56,15 @@ def test_masked_softmax_matches_softmax_over_real_positions():
     weights = masked_softmax(scores, mask)
     torch.testing.assert_close(weights[0, 0, :2], torch.softmax(scores[0, 0, :2], -1))
     torch.testing.assert_close(weights[1], torch.softmax(scores[1], -1))
+
+
+def test_no_attention_weighs_every_real_position_the_same_and_averages_the_memory():
+    from attnkit.attention import NO_ATTENTION
+
+    attention = Attention(NO_ATTENTION, query_size=3, memory_size=4, attention_size=5)
+    memory = torch.randn(2, 6, 4)
+    mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    context, weights = attention(torch.randn(2, 3, 3), attention.prepare_keys(memory), memory, mask)
+    torch.testing.assert_close(weights[1, 0], torch.tensor([0.25] * 4 + [0.0] * 2))
+    torch.testing.assert_close(context[0, 2], memory[0].mean(0))
+    torch.testing.assert_close(context[1, 1], memory[1, :4].mean(0))

@@ -122,7 +122,16 @@ class AdditiveScore(_TanhEnergy):
         return self.query_layer(query)  # (B, T, A)
 
 
+class UniformScore(AttentionScore):
+    """No attention, the ablation baseline: equal scores, so every real position weighs the same
+    and the context is the mean of the memory (for an image, the mean grid vector)."""
+
+    def forward(self, query: Tensor, keys: Tensor) -> Tensor:
+        return query.new_zeros(query.shape[0], query.shape[1], keys.shape[1])  # (B, T, L)
+
+
 SCORES = ("dot", "general", "concat", "additive", "scaled_dot")
+NO_ATTENTION = "none"  # a score name too, kept out of SCORES: it is not an attention model
 
 
 def build_score(name: str, query_size: int, memory_size: int, attention_size: int) -> AttentionScore:
@@ -142,7 +151,9 @@ def build_score(name: str, query_size: int, memory_size: int, attention_size: in
         return ConcatScore(query_size, memory_size, attention_size)
     if name == "additive":
         return AdditiveScore(query_size, memory_size, attention_size)
-    raise UserError(f"unknown attention score '{name}'; choose one of {', '.join(SCORES)}")
+    if name == NO_ATTENTION:
+        return UniformScore()
+    raise UserError(f"unknown attention score '{name}'; choose one of {', '.join(SCORES)}, or {NO_ATTENTION} (no attention)")
 
 
 class Attention(nn.Module):

@@ -68,7 +68,7 @@ class DecoderConfig:
     num_layers: int = 1
     rnn: str = "gru"  # gru | lstm
     style: str = "luong"  # luong: RNN then attend with the new state | bahdanau: attend with the previous state, context into the RNN
-    score: str = "general"  # dot | general | concat | additive | scaled_dot
+    score: str = "general"  # dot | general | concat | additive | scaled_dot | none (no attention: the context is the memory's mean)
     attention_size: int = 256  # hidden size inside concat / additive scores
     input_feeding: bool = False  # luong: feed the previous attentional vector into the RNN
     context_gate: bool = False  # bahdanau: Show-Attend-Tell gate beta = sigmoid(W s) on the context
