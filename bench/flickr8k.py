@@ -1,0 +1,138 @@
+"""Quality on the Flickr8k subset: Show-Attend-Tell through the shared decoder, and the same decoder without attention.
+
+Run from the project root::
+
+    python bench/flickr8k.py            # full: tasks/configs/flickr8k.yaml; the attention model, then the ablation
+    python bench/flickr8k.py --quick    # the same steps on 300 training images for about two minutes (a smoke check)
+
+1. Prepares ``data/flickr8k`` from ``../shared/data/flickr8k`` when it is not there
+   (``data_scripts/prepare_flickr8k.py``); the frozen EfficientNet-Lite0 grid features
+   are cached once (``cache/features``) and shared by both models.
+2. Trains the recipe (validation: greedy free-running decoding scored with CIDEr-D;
+   early stopping; ``train.max_minutes`` caps each model's training).
+3. Trains the same recipe with ``decoder.score=none``: no attention, the context is the
+   mean grid vector, the baseline that shows what attention adds.
+4. Scores both best checkpoints on the test images (all 5 references each) with beam 1
+   and beam 5: BLEU-1..4, METEOR, CIDEr-D (pycocoevalcap) and NLTK corpus BLEU-4.
+
+Human-readable lines first; the LAST line of stdout is one JSON object. Target from the
+issue: NLTK BLEU-4 >= 18 at beam 5 for the attention model, and clearly above the
+no-attention model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from attnkit.captioning import Captioner, train_captioning
+from attnkit.config import load_config
+from attnkit.data.captions import image_root, read_caption_split, write_caption_dataset
+from attnkit.errors import run_cli
+from attnkit.translation import count_parameters
+from machine import busy_cores, machine_info, utc_now
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from data_scripts import prepare_flickr8k  # noqa: E402  (the project root is not on sys.path for bench/ scripts)
+
+TARGET_BLEU4 = 18.0
+QUICK = {"train": 300, "valid": 50, "test": 100}  # images per split in --quick mode
+MODELS = {"attention": [], "no_attention": ["decoder.score=none"]}
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=str(ROOT / "tasks/configs/flickr8k.yaml"))
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override (both models)")
+    parser.add_argument("--minutes", type=float, nargs=2, default=(60.0, 25.0), metavar=("ATTENTION", "ABLATION"), help="training budget of each model")
+    parser.add_argument("--out", default="", help="run folder (default runs/bench-flickr8k, or runs/bench-flickr8k-quick)")
+    parser.add_argument("--data", default="", help="data root holding flickr8k/ (default $ATTNKIT_DATA, else ../shared/data)")
+    parser.add_argument("--quick", action="store_true", help=f"train on {QUICK['train']} images for a minute each, test on {QUICK['test']}")
+    parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def ensure_dataset(folder: Path, data_root: str) -> None:
+    if not (folder / "dataset.json").is_file():
+        prepare_flickr8k.main(["--out", str(folder)] + (["--data", data_root] if data_root else []))
+
+
+def quick_subset(folder: Path, into: Path) -> Path:
+    splits = {split: read_caption_split(folder, split)[:count] for split, count in QUICK.items()}
+    return write_caption_dataset(into, splits, image_root(folder), info={"name": "flickr8k-quick", "subset_of": str(folder)})
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_args_parser().parse_args(argv)
+    mode = "quick" if args.quick else "full"
+    busy_before = busy_cores()
+    dataset = ROOT / "data" / "flickr8k"
+    ensure_dataset(dataset, args.data)
+    out = Path(args.out or ROOT / "runs" / f"bench-flickr8k{'-quick' if args.quick else ''}")
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="attnkit-flickr8k-") as scratch:
+        data = quick_subset(dataset, Path(scratch) / "data") if args.quick else dataset
+        minutes = (1.0, 1.0) if args.quick else args.minutes
+        for (name, model_overrides), budget in zip(MODELS.items(), minutes):
+            overrides = [f"output_dir={out / name}", f"data.path={data}", f"train.max_minutes={budget}", *model_overrides]
+            if args.quick:
+                overrides.append("train.epochs=3")
+            config = load_config(args.config, [*overrides, *args.overrides])  # the user's --set last: they win
+            print(f"flickr8k ({mode}): training '{name}' into {out / name} (a previous run there is replaced)")
+            started = time.perf_counter()
+            progress = train_captioning(config, overwrite=True, progress_bar=not args.no_progress)
+            wall = time.perf_counter() - started
+            captioner = Captioner.from_checkpoint(out / name / "best.pt", cache_dir=config.data.feature_cache or None)
+            test = read_caption_split(data, "test")
+            scores = {}
+            for beam in (1, 5):
+                began = time.perf_counter()
+                scores[f"beam{beam}"] = captioner.evaluate(test, image_root(data), beam_size=beam, batch_size=64)
+                scores[f"beam{beam}"]["decode_seconds"] = round(time.perf_counter() - began, 1)
+            results[name] = {
+                **scores,
+                "train_minutes": round(progress.seconds / 60, 2),
+                "train_wall_minutes_with_setup": round(wall / 60, 2),
+                "epochs": progress.epoch,
+                "stop_reason": progress.stop_reason or "all epochs",
+                "parameters": count_parameters(captioner.model),
+                "trainable_parameters": sum(p.numel() for p in captioner.model.parameters() if p.requires_grad),
+            }
+            beam5 = scores["beam5"]
+            print(
+                f"{name}: beam 5 BLEU-4 {beam5['bleu4']} (NLTK {beam5['bleu4_nltk']}), CIDEr-D {beam5['cider_d']}, METEOR {beam5['meteor']}; "
+                f"beam 1 BLEU-4 {scores['beam1']['bleu4']}; {progress.epoch} epochs in {progress.seconds / 60:.1f} min"
+            )
+        test_images = len(read_caption_split(data, "test"))
+
+    attention, ablation = results["attention"]["beam5"], results["no_attention"]["beam5"]
+    met = attention["bleu4_nltk"] >= TARGET_BLEU4
+    print(f"target NLTK BLEU-4 >= {TARGET_BLEU4} at beam 5: {'met' if met else 'NOT met'} ({attention['bleu4_nltk']})")
+    print(f"attention vs none at beam 5: BLEU-4 {attention['bleu4_nltk']} vs {ablation['bleu4_nltk']} (NLTK), CIDEr-D {attention['cider_d']} vs {ablation['cider_d']}")
+    result = {
+        "benchmark": "flickr8k",
+        "mode": mode,
+        "test_images": test_images,
+        "bleu4_nltk_beam5": attention["bleu4_nltk"],
+        "target_bleu4": TARGET_BLEU4,
+        "met": met,
+        "attention_minus_none_bleu4_nltk_beam5": round(attention["bleu4_nltk"] - ablation["bleu4_nltk"], 2),
+        "models": results,
+        "config": str(Path(args.config).relative_to(ROOT)) if Path(args.config).is_relative_to(ROOT) else args.config,
+        "overrides": args.overrides,
+        "run_dir": str(out),
+        "busy_cores_before": busy_before,
+        "machine": machine_info(),
+        "date": utc_now(),
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
