@@ -109,3 +109,24 @@ def test_caption_and_evaluate_scripts_end_to_end(scenes, tmp_path, capsys, monke
     assert json.loads(capsys.readouterr().out)["images"] == 3
     assert run_cli(evaluate.main, ["--checkpoint", checkpoint, "--source", "x", "--reference", "y"]) == 2
     assert "are for translation checkpoints" in capsys.readouterr().err
+
+
+def test_a_checkpoint_needs_neither_the_weights_file_nor_new_features(scenes, tmp_path):
+    """Trained from a local weights file with the feature cache; the file is then deleted: the checkpoint still
+    captions, and it keys the same cache entries (same weights digest), so nothing is recomputed."""
+    import torchvision
+
+    torch.manual_seed(0)
+    weights = tmp_path / "resnet18.pth"
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), weights)
+    cache = tmp_path / "cache"
+    overrides = [f"image_encoder.weights={weights}", f"data.feature_cache={cache}"]
+    config = load_config(None, [f"data.path={scenes}", f"output_dir={tmp_path / 'run'}", "train.epochs=1", *TINY, *overrides])
+    train_captioning(config, progress_bar=False, log=lambda _: None)
+    entries = sorted(cache.rglob("*.pt"))
+    weights.unlink()
+    captioner = Captioner.from_checkpoint(tmp_path / "run" / "best.pt", device="cpu", cache_dir=cache)
+    assert captioner.cache is not None
+    images = sorted((scenes.parent / "images").iterdir())
+    assert all(not c[0].error for c in captioner.caption(images))
+    assert captioner.cache.stats.misses == 0 and sorted(cache.rglob("*.pt")) == entries

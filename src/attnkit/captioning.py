@@ -41,8 +41,9 @@ from attnkit.vocab import Tokenizer, Vocabulary
 TASK = "captioning"
 
 
-def build_captioning_model(config: ExperimentConfig, vocab: Vocabulary) -> EncoderDecoder:
-    encoder = ImageEncoder(config.image_encoder)
+def build_captioning_model(config: ExperimentConfig, vocab: Vocabulary, load_weights: bool = True) -> EncoderDecoder:
+    """``load_weights=False`` when a checkpoint's state dict follows (it holds the backbone too)."""
+    encoder = ImageEncoder(config.image_encoder, load_weights=load_weights)
     decoder = AttentionDecoder(config.decoder, len(vocab), memory_size=encoder.output_size, init_size=encoder.init_size, pad_index=vocab.pad_index)
     return EncoderDecoder(encoder, decoder)
 
@@ -123,7 +124,7 @@ class Captioner:
             checkpoint = load_checkpoint(checkpoint, task=TASK)
         config = from_dict(ExperimentConfig, checkpoint.config)
         pipeline = CaptionPipeline.from_checkpoint(checkpoint)
-        model = build_captioning_model(config, pipeline.vocab)
+        model = build_captioning_model(config, pipeline.vocab, load_weights=False)
         model.load_state_dict(checkpoint.model)
         cache = _feature_cache(model.encoder, cache_dir) if cache_dir else None
         return cls(model, pipeline, config.search, resolve_device(device), cache)
@@ -224,8 +225,11 @@ def train_captioning(
     else:
         pipeline = CaptionPipeline.build(config, [c for item in train_items for c in item.captions], config.data.target_lang or "en")
     config = replace(config, data=replace(config.data, target_lang=pipeline.language))
-    model = build_captioning_model(config, pipeline.vocab)
+    model = build_captioning_model(config, pipeline.vocab, load_weights=resume is None)
     encoder: ImageEncoder = model.encoder
+    # Record which pretrained weights these are: the checkpoint then keys the feature cache without the file.
+    config = replace(config, image_encoder=replace(config.image_encoder, weights_sha256=encoder.weights_digest))
+    encoder.config = config.image_encoder
     paths, image_ids, caption_ids = _examples(train_items, root, pipeline, config.data.max_target_length)
     if not caption_ids:
         raise UserError(f"{folder}: no usable training captions")

@@ -53,6 +53,7 @@ class TextEncoderConfig:
 class ImageEncoderConfig:
     backbone: str = "efficientnet_lite0"  # resnet18|34|50|101, mobilenet_v3_small|large, efficientnet_b0, efficientnet_lite0
     weights: str = "default"  # default: packaged ImageNet weights (efficientnet_lite0), random for others | none | PATH (torchvision state_dict)
+    weights_sha256: str = ""  # set by training: the digest of the weights file, so a checkpoint needs neither the file nor the package
     image_size: int = 224  # images are resized to image_size x image_size
     grid_size: int = 7  # average-pool the feature map to grid_size x grid_size cells (0: keep the backbone's)
     memory_size: int = 512  # project each cell to this size (0: keep the backbone's channels)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from collections.abc import Iterator
+from functools import lru_cache
 from pathlib import Path
 
 
@@ -25,3 +27,13 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     with atomic_path(path) as temporary:
         temporary.write_text(text, encoding="utf-8")
     return Path(path)
+
+
+@lru_cache(maxsize=8)
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes (remembered per path for the process: weights files do not change under a run)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -20,7 +20,6 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -32,23 +31,13 @@ from attnkit.files import atomic_path, write_text_atomic
 FORMAT_VERSION = 1
 
 
-@lru_cache(maxsize=8)
-def file_digest(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def encoder_identity(encoder) -> dict:
     """What decides an image encoder's pooled grid features (``encoder``: an ImageEncoder)."""
     config = encoder.config
-    weights = encoder.weights_source
     return {
         "format": FORMAT_VERSION,
         "backbone": config.backbone,
-        "weights_sha256": "none" if weights == "none" else file_digest(weights),
+        "weights_sha256": encoder.weights_digest,
         "image_size": config.image_size,
         "grid_size": config.grid_size,
         "normalization": [list(v) for v in encoder.normalization],

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from attnkit.config import ImageEncoderConfig
 from attnkit.encoders import efficientnet_lite
 from attnkit.errors import UserError
+from attnkit.files import file_digest
 from attnkit.interfaces import EncoderOutput, Grid
 
 IMAGENET_NORMALIZATION = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
@@ -129,14 +130,15 @@ def _load(network: nn.Module, path: Path | None) -> None:
 
 
 class ImageEncoder(nn.Module):
-    def __init__(self, config: ImageEncoderConfig):
+    def __init__(self, config: ImageEncoderConfig, load_weights: bool = True):
+        """``load_weights=False`` builds the network only (the weights come from a checkpoint next)."""
         super().__init__()
-        backbone = build_backbone(config.backbone, config.weights)
+        backbone = build_backbone(config.backbone, config.weights if load_weights else "none")
         self.config = config
         self.backbone = backbone.blocks
         self.channels = backbone.channels
         self.normalization = backbone.normalization
-        self.weights_source = backbone.weights
+        self.weights_source = backbone.weights  # the file the backbone was loaded from, or "none"
         blocks = len(self.backbone)
         if not 0 <= config.trainable_blocks <= blocks:
             raise UserError(f"image_encoder.trainable_blocks must be between 0 and {blocks} for {config.backbone}, got {config.trainable_blocks}")
@@ -148,6 +150,13 @@ class ImageEncoder(nn.Module):
         self.projection = nn.Linear(self.channels, self.output_size) if config.memory_size else nn.Identity()
         self.dropout = nn.Dropout(config.dropout)
         self.train()  # puts the backbone's BatchNorm layers in eval mode from the start (see train())
+
+    @property
+    def weights_digest(self) -> str:
+        """SHA-256 of the pretrained weights file ("none" for random weights): what the feature cache keys on."""
+        if self.config.weights_sha256:
+            return self.config.weights_sha256
+        return "none" if self.weights_source == "none" else file_digest(self.weights_source)
 
     @property
     def is_frozen(self) -> bool:
