@@ -42,25 +42,38 @@ class DecoderState:
 
     Projected attention keys live here rather than on the module: a module-level
     cache would go stale when beam search reorders or shrinks the batch.
+
+    Rows are hypotheses, ``beams`` consecutive rows per source (1 outside beam
+    search). ``keys``, ``memory`` and ``mask`` are kept once per source, so the
+    beams of a source attend over one copy of it and reordering beams moves only
+    the small per-row tensors.
     """
 
-    hidden: Tensor  # (N, B, H)
-    cell: Tensor | None  # (N, B, H) for LSTM, else None
-    feed: Tensor | None  # (B, R) previous attentional vector (Luong input feeding), else None
-    keys: Tensor  # (B, L, K) memory projected by the score function
+    hidden: Tensor  # (N, B*K, H)
+    cell: Tensor | None  # (N, B*K, H) for LSTM, else None
+    feed: Tensor | None  # (B*K, R) previous attentional vector (Luong input feeding), else None
+    keys: Tensor  # (B, L, A) memory projected by the score function
     memory: Tensor  # (B, L, D)
     mask: Tensor  # (B, L) True = real position
+    beams: int = 1  # K: rows per source
 
-    def select(self, index: Tensor) -> "DecoderState":
-        """Rows ``index`` of the batch, e.g. the surviving beams' parents."""
-        return DecoderState(
+    def _rows(self, index: Tensor) -> dict[str, Tensor | None]:
+        return dict(
             hidden=self.hidden.index_select(1, index),
             cell=None if self.cell is None else self.cell.index_select(1, index),
             feed=None if self.feed is None else self.feed.index_select(0, index),
-            keys=self.keys.index_select(0, index),
-            memory=self.memory.index_select(0, index),
-            mask=self.mask.index_select(0, index),
         )
+
+    def expand_beams(self, beams: int) -> "DecoderState":
+        """K copies of every row, for a beam search of width K over each source."""
+        rows = torch.arange(self.hidden.shape[1], device=self.hidden.device).repeat_interleave(beams)  # (B*K,)
+        return replace(self, **self._rows(rows), beams=self.beams * beams)
+
+    def select_beams(self, rows: Tensor, sources: Tensor) -> "DecoderState":
+        """Keep ``sources`` (S',) and, for them, the rows ``rows`` (S'*K,): each group of K new rows
+        must come from the matching kept source (beam search picks the parents of its survivors)."""
+        per_source = dict(keys=self.keys.index_select(0, sources), memory=self.memory.index_select(0, sources), mask=self.mask.index_select(0, sources))
+        return replace(self, **self._rows(rows), **per_source)
 
 
 @dataclass(frozen=True)
@@ -183,9 +196,13 @@ class AttentionDecoder(nn.Module):
         return h.unsqueeze(1), ((new_hidden, torch.stack(cells)) if self.is_lstm else new_hidden)
 
     def _attend(self, query: Tensor, state: DecoderState) -> tuple[Tensor, Tensor]:
-        context, attention = self.attention(query, state.keys, state.memory, state.mask)
+        """query (B*K, T, H) -> context (B*K, T, D), weights (B*K, T, L); the K beams of a source attend as K*T queries."""
+        rows, steps, _ = query.shape
+        grouped = query.reshape(rows // state.beams, state.beams * steps, -1)  # (B, K*T, H)
+        context, attention = self.attention(grouped, state.keys, state.memory, state.mask)  # (B, K*T, D), (B, K*T, L)
+        context, attention = context.reshape(rows, steps, -1), attention.reshape(rows, steps, -1)  # (B*K, T, D), (B*K, T, L)
         if self.context_gate is not None:
-            context = torch.sigmoid(self.context_gate(query)) * context  # (B, T, D)
+            context = torch.sigmoid(self.context_gate(query)) * context  # (B*K, T, D)
         return context, attention
 
     # -- teacher-forced unroll ---------------------------------------------------------------------

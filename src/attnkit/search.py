@@ -120,7 +120,8 @@ def beam_search(
     batch, k = encoded.batch_size, beam_size
     device = encoded.memory.device
     limits = _limits(encoded, max_length)
-    state = decoder.init_state(encoded.select(torch.arange(batch, device=device).repeat_interleave(k)))  # B*K rows
+    limit_list = limits.tolist()
+    state = decoder.init_state(encoded).expand_beams(k)  # B*K rows over B sources
     scores = torch.full((batch, k), float("-inf"), device=device)
     scores[:, 0] = 0.0  # (B, K) only the first beam is live before the first step
     previous = torch.full((batch * k,), bos, dtype=torch.long, device=device)
@@ -150,16 +151,17 @@ def beam_search(
         parent_rows = (row_base + origin).view(-1)  # (A*2K,) rows of each candidate's parent
         step_attention = out.attention  # (A*K, L)
 
-        # Few candidates end per step: collect them on the CPU.
-        cpu_scores, cpu_eos, cpu_parent = top_scores.cpu(), is_eos.cpu(), parent_rows.view(len(active), 2 * k).cpu()
+        # Few candidates end per step: find them on the device, collect them on the CPU.
+        ends = (is_eos[:, :k] & (top_scores[:, :k] > float("-inf"))).nonzero().tolist()  # [(a, r), ...] within the K best
+        if ends:
+            cpu_scores, cpu_parent = top_scores.cpu(), parent_rows.view(len(active), 2 * k).cpu()
+        for a, r in ends:
+            row = int(cpu_parent[a, r])
+            attention = torch.cat([history_attention[row], step_attention[row : row + 1]], 0)
+            finished[active[a]].append(_hypothesis(history[row], float(cpu_scores[a, r]), attention, encoded.mask[active[a]], alpha, True))
         done = []
         for a, sentence in enumerate(active):
-            for r in range(k):
-                if cpu_eos[a, r] and cpu_scores[a, r] > float("-inf"):
-                    row = int(cpu_parent[a, r])
-                    attention = torch.cat([history_attention[row], step_attention[row : row + 1]], 0)
-                    finished[sentence].append(_hypothesis(history[row], float(cpu_scores[a, r]), attention, encoded.mask[sentence], alpha, True))
-            at_limit = t + 1 >= int(limits[sentence])
+            at_limit = t + 1 >= limit_list[sentence]
             if at_limit and len(finished[sentence]) < n_best:
                 for r in range(k):
                     if alive_scores[a, r] > float("-inf"):
@@ -176,7 +178,7 @@ def beam_search(
         rows = (row_base[keep_index] + alive_origin[keep_index]).view(-1)  # (A'*K,) parents of the surviving beams
         history = torch.cat([history[rows], alive_words[keep_index].view(-1, 1)], 1)  # (A'*K, t+1)
         history_attention = torch.cat([history_attention[rows], step_attention[rows].unsqueeze(1)], 1)  # (A'*K, t+1, L)
-        state = out.state.select(rows)
+        state = out.state.select_beams(rows, keep_index)
         scores = alive_scores[keep_index]  # (A', K)
         previous = alive_words[keep_index].view(-1)
         active = [active[a] for a in keep]
