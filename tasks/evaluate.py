@@ -29,6 +29,7 @@ from attnkit.checkpoint import load_checkpoint
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split, read_flickr8k_captions
 from attnkit.data.text import read_lines, read_parallel
 from attnkit.errors import UserError, run_cli
+from attnkit.model import MULTITASK
 from attnkit.translation import TASK as TRANSLATION, Translator
 
 
@@ -46,6 +47,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, default=0, help="score only the first N pairs or images (0: all)")
     parser.add_argument("--output", metavar="FILE", help="translation: also write the translations here, one per line")
     parser.add_argument("--cache", metavar="DIR", help="captioning: feature cache folder for a frozen encoder (default: none)")
+    parser.add_argument("--task", choices=("caption", "translate"), help="a joint (multitask) checkpoint with --split: which task to score")
     parser.add_argument("--device", default="auto")
     return parser
 
@@ -53,12 +55,20 @@ def get_args_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
     checkpoint = load_checkpoint(args.checkpoint)
-    if checkpoint.task == TRANSLATION:
+    task = checkpoint.task
+    if task == MULTITASK:  # a joint model does both: the inputs (or --task) say which
+        if args.source or args.reference or args.output or args.task == "translate":
+            task = TRANSLATION
+        elif args.images or args.captions or args.task == "caption":
+            task = CAPTIONING
+        else:
+            raise UserError("this joint checkpoint captions and translates: add --task caption or --task translate")
+    if task == TRANSLATION:
         result = evaluate_translation(args, checkpoint)
-    elif checkpoint.task == CAPTIONING:
+    elif task == CAPTIONING:
         result = evaluate_captioning(args, checkpoint)
     else:
-        raise UserError(f"{args.checkpoint} is a '{checkpoint.task}' checkpoint; evaluate.py scores {TRANSLATION} and {CAPTIONING} checkpoints")
+        raise UserError(f"{args.checkpoint} is a '{checkpoint.task}' checkpoint; evaluate.py scores {TRANSLATION}, {CAPTIONING} and {MULTITASK} checkpoints")
     print(json.dumps({"checkpoint": args.checkpoint, **result}, ensure_ascii=False))
     return 0
 
@@ -72,7 +82,7 @@ def evaluate_translation(args: argparse.Namespace, checkpoint) -> dict:
         raise UserError("give either --split NAME or --source FILE --reference FILE")
     config = checkpoint.config
     if args.split:
-        data = args.data or config["data"]["path"]
+        data = args.data or config["data"].get("text_path") or config["data"]["path"]  # a joint model's text is in text_path
         pairs = read_parallel(data, args.split, config["data"]["source_lang"], config["data"]["target_lang"])
         what = {"data": data, "split": args.split}
     else:

@@ -2,6 +2,7 @@
 
     python tasks/train.py --config tasks/configs/multi30k_de_en.yaml [--set train.epochs=10 ...]
     python tasks/train.py --config tasks/configs/flickr8k.yaml
+    python tasks/train.py --config tasks/configs/scenes_multitask.yaml     # one decoder, both tasks
     python tasks/train.py --resume runs/multi30k_de_en/last.pt [--set train.epochs=20]
 
 Checkpoints (best.pt, last.pt), the resolved config.yaml and log.jsonl (one
@@ -19,6 +20,7 @@ from attnkit.captioning import TASK as CAPTIONING, train_captioning
 from attnkit.checkpoint import load_checkpoint
 from attnkit.config import ExperimentConfig, apply_overrides, from_dict, load_config
 from attnkit.errors import UserError, run_cli
+from attnkit.multitask import TASK as MULTITASK, train_multitask
 from attnkit.translation import TASK as TRANSLATION, train_translation
 
 
@@ -44,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(args.config, args.overrides)
     else:
         raise UserError("give --config tasks/configs/NAME.yaml for a new run or --resume CHECKPOINT to continue one")
-    trainers = {TRANSLATION: train_translation, CAPTIONING: train_captioning}
+    trainers = {TRANSLATION: train_translation, CAPTIONING: train_captioning, MULTITASK: train_multitask}
     if config.task not in trainers:
         raise UserError(f"unknown task '{config.task}'; available: {', '.join(trainers)}")
     progress = trainers[config.task](config, resume=resume, overwrite=args.overwrite, progress_bar=not args.no_progress)

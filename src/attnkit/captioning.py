@@ -14,7 +14,7 @@ Legend: N images, C backbone channels, g grid side, L = g*g cells.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -32,20 +32,13 @@ from attnkit.decoder import AttentionDecoder
 from attnkit.encoders.image import GridFeatures, ImageEncoder, Pixels
 from attnkit.errors import UserError
 from attnkit.metrics import caption_scores
-from attnkit.model import EncoderDecoder, Seq2SeqObjective
+from attnkit.model import MULTITASK, EncoderDecoder, Seq2SeqObjective, build_captioning_model, build_model
 from attnkit.search import search
 from attnkit.train import CheckpointContents, Trainer, TrainingProgress, claim_run_dir, resolve_device, run_training
 from attnkit.translation import count_parameters
 from attnkit.vocab import Tokenizer, Vocabulary
 
 TASK = "captioning"
-
-
-def build_captioning_model(config: ExperimentConfig, vocab: Vocabulary, load_weights: bool = True) -> EncoderDecoder:
-    """``load_weights=False`` when a checkpoint's state dict follows (it holds the backbone too)."""
-    encoder = ImageEncoder(config.image_encoder, load_weights=load_weights)
-    decoder = AttentionDecoder(config.decoder, len(vocab), memory_size=encoder.output_size, init_size=encoder.init_size, pad_index=vocab.pad_index)
-    return EncoderDecoder(encoder, decoder)
 
 
 @dataclass(frozen=True)
@@ -116,21 +109,21 @@ class Captioner:
         self.pipeline = pipeline
         self.search = search_config
         self.device = device
-        self.cache = cache if cache is not None and model.encoder.is_frozen else None
+        self.cache = cache if cache is not None and model.encoder_for("image").is_frozen else None
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str | Path | Checkpoint, device: str = "auto", cache_dir: str | Path | None = None) -> "Captioner":
         if not isinstance(checkpoint, Checkpoint):
-            checkpoint = load_checkpoint(checkpoint, task=TASK)
+            checkpoint = load_checkpoint(checkpoint, task=(TASK, MULTITASK))
         config = from_dict(ExperimentConfig, checkpoint.config)
         pipeline = CaptionPipeline.from_checkpoint(checkpoint)
-        model = build_captioning_model(config, pipeline.vocab, load_weights=False)
+        model = build_model(checkpoint.task, config, checkpoint.vocabularies, load_weights=False)
         model.load_state_dict(checkpoint.model)
-        cache = _feature_cache(model.encoder, cache_dir) if cache_dir else None
+        cache = _feature_cache(model.encoder_for("image"), cache_dir) if cache_dir else None
         return cls(model, pipeline, config.search, resolve_device(device), cache)
 
     def _sources(self, paths: list[Path]) -> Pixels | GridFeatures:
-        encoder: ImageEncoder = self.model.encoder
+        encoder: ImageEncoder = self.model.encoder_for("image")
         if self.cache is not None:
             return GridFeatures(self.cache.get(paths, partial(_grid_on, encoder, self.device)).float())
         return Pixels(torch.stack([load_image(p, encoder.config.image_size, encoder.normalization) for p in paths]))
@@ -209,6 +202,51 @@ def _examples(items: Sequence[CaptionedImage], root: Path, pipeline: CaptionPipe
     return paths, image_ids, caption_ids
 
 
+def record_weights(config: ExperimentConfig, encoder: ImageEncoder) -> ExperimentConfig:
+    """The config with the digest of the encoder's pretrained weights: the checkpoint then keys the feature cache without the file."""
+    config = replace(config, image_encoder=replace(config.image_encoder, weights_sha256=encoder.weights_digest))
+    encoder.config = config.image_encoder
+    return config
+
+
+def caption_training_set(
+    config: ExperimentConfig, encoder: ImageEncoder, pipeline: CaptionPipeline, items: Sequence[CaptionedImage], root: Path, log=print
+) -> tuple[CaptionDataset, Callable, FeatureCache | None]:
+    """The training captions as a dataset (with the frozen encoder's features cached when the config says so),
+    its collate function and the cache (None without one)."""
+    paths, image_ids, caption_ids = _examples(items, root, pipeline, config.data.max_target_length)
+    if not caption_ids:
+        raise UserError(f"{config.data.path}: no usable training captions")
+    cache = _feature_cache(encoder, config.data.feature_cache) if config.data.feature_cache else None
+    sources = None
+    if cache is not None:
+        device = resolve_device(config.train.device)
+        log(f"feature cache {cache.folder}: computing or reading the grid features of {len(paths)} training images")
+        sources = cache.get(paths, partial(_grid_on, encoder.to(device), device))
+        log(f"feature cache: {cache.stats.hits} hits, {cache.stats.misses} computed")
+    dataset = CaptionDataset(image_ids, caption_ids, sources, paths, config.image_encoder.image_size, encoder.normalization)
+    return dataset, partial(collate_captions, cached=sources is not None), cache
+
+
+def caption_validation(
+    model: nn.Module, pipeline: CaptionPipeline, config: ExperimentConfig, items: Sequence[CaptionedImage], root: Path, cache: FeatureCache | None
+) -> dict:
+    """BLEU-4 and CIDEr-D of free-running decoding (``train.valid_beam_size``) on validation images."""
+    captioner = Captioner(model, pipeline, config.search, next(model.parameters()).device, cache)
+    metrics = captioner.evaluate(items, root, beam_size=config.train.valid_beam_size, batch_size=64, meteor=False)
+    return {"bleu4": metrics["bleu4"], "cider_d": metrics["cider_d"]}
+
+
+def parameter_groups(model: nn.Module, encoder: ImageEncoder, config: ExperimentConfig) -> list[dict]:
+    """Adam's groups: the fine-tuned backbone blocks (if any) at ``image_encoder.backbone_lr``, the rest at ``train.lr``."""
+    trainable_backbone = [p for p in encoder.backbone.parameters() if p.requires_grad]
+    backbone_ids = {id(p) for p in trainable_backbone}
+    groups = [{"params": [p for p in model.parameters() if p.requires_grad and id(p) not in backbone_ids]}]
+    if trainable_backbone:
+        groups.append({"params": trainable_backbone, "lr": config.image_encoder.backbone_lr or config.train.lr})
+    return groups
+
+
 def train_captioning(
     config: ExperimentConfig, resume: Checkpoint | None = None, overwrite: bool = False, progress_bar: bool = True, log=print
 ) -> TrainingProgress:
@@ -226,45 +264,26 @@ def train_captioning(
         pipeline = CaptionPipeline.build(config, [c for item in train_items for c in item.captions], config.data.target_lang or "en")
     config = replace(config, data=replace(config.data, target_lang=pipeline.language))
     model = build_captioning_model(config, pipeline.vocab, load_weights=resume is None)
-    encoder: ImageEncoder = model.encoder
-    # Record which pretrained weights these are: the checkpoint then keys the feature cache without the file.
-    config = replace(config, image_encoder=replace(config.image_encoder, weights_sha256=encoder.weights_digest))
-    encoder.config = config.image_encoder
-    paths, image_ids, caption_ids = _examples(train_items, root, pipeline, config.data.max_target_length)
-    if not caption_ids:
-        raise UserError(f"{folder}: no usable training captions")
-    cache = _feature_cache(encoder, config.data.feature_cache) if config.data.feature_cache else None
-    sources = None
-    if cache is not None:
-        log(f"feature cache {cache.folder}: computing or reading the grid features of {len(paths)} training images")
-        sources = cache.get(paths, partial(_grid_on, encoder.to(resolve_device(config.train.device)), resolve_device(config.train.device)))
-        log(f"feature cache: {cache.stats.hits} hits, {cache.stats.misses} computed")
-    dataset = CaptionDataset(image_ids, caption_ids, sources, paths, config.image_encoder.image_size, encoder.normalization)
-    log(f"captioning: {len(paths)} training images, {len(caption_ids)} captions, {len(valid_items)} validation images; vocabulary {len(pipeline.vocab)}")
+    config = record_weights(config, model.encoder_for("image"))
+    dataset, collate, cache = caption_training_set(config, model.encoder_for("image"), pipeline, train_items, root, log)
+    log(f"captioning: {len(dataset.paths)} training images, {len(dataset)} captions, {len(valid_items)} validation images; vocabulary {len(pipeline.vocab)}")
     log(f"model: {count_parameters(model):,} parameters ({sum(p.numel() for p in model.parameters() if p.requires_grad):,} trainable)")
-    objective = Seq2SeqObjective(config.train.label_smoothing, config.train.attention_regularization, config.train.teacher_forcing, pipeline.vocab.pad_index)
 
     def validate(trained: nn.Module) -> dict:
-        captioner = Captioner(trained, pipeline, config.search, next(trained.parameters()).device, cache)
-        metrics = captioner.evaluate(valid_items, root, beam_size=config.train.valid_beam_size, batch_size=64, meteor=False)
-        return {"bleu4": metrics["bleu4"], "cider_d": metrics["cider_d"], "score": metrics["cider_d"]}  # CIDEr-D: defined for short captions too
+        metrics = caption_validation(trained, pipeline, config, valid_items, root, cache)
+        return {**metrics, "score": metrics["cider_d"]}  # CIDEr-D: defined for short captions too
 
-    trainable_backbone = [p for p in encoder.backbone.parameters() if p.requires_grad]
-    backbone_ids = {id(p) for p in trainable_backbone}
-    groups = [{"params": [p for p in model.parameters() if p.requires_grad and id(p) not in backbone_ids]}]
-    if trainable_backbone:
-        groups.append({"params": trainable_backbone, "lr": config.image_encoder.backbone_lr or config.train.lr})
     trainer = Trainer(
         model,
-        objective,
+        Seq2SeqObjective.from_config(config.train, pipeline.vocab.pad_index),
         dataset,
-        partial(collate_captions, cached=sources is not None),
+        collate,
         validate,
         config.train,
         run_dir,
         CheckpointContents(TASK, to_dict(config), pipeline.vocabularies),
         progress_bar=progress_bar,
         log=log,
-        parameter_groups=groups,
+        parameter_groups=parameter_groups(model, model.encoder_for("image"), config),
     )
     return run_training(trainer, config, resume, log)

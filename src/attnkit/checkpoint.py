@@ -54,8 +54,11 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> Path:
     return path
 
 
-def load_checkpoint(path: str | Path, task: str | None = None, map_location: str | torch.device = "cpu") -> Checkpoint:
-    """Load and validate a checkpoint; any problem a user can cause is a :class:`UserError`."""
+def load_checkpoint(path: str | Path, task: str | tuple[str, ...] | None = None, map_location: str | torch.device = "cpu") -> Checkpoint:
+    """Load and validate a checkpoint; any problem a user can cause is a :class:`UserError`.
+
+    ``task``: the task (or tasks) the caller can use; another task's checkpoint is refused.
+    """
     path = Path(path)
     if not path.exists():
         raise UserError(f"checkpoint not found: {path}")
@@ -73,8 +76,9 @@ def load_checkpoint(path: str | Path, task: str | None = None, map_location: str
             f"{path} has checkpoint format {version}, this attnkit ({__version__}) reads format {FORMAT_VERSION}; "
             f"it was written by attnkit {payload.get('attnkit_version')}"
         )
-    if task is not None and payload.get("task") != task:
-        raise UserError(f"{path} is a '{payload.get('task')}' checkpoint, but this command needs a '{task}' checkpoint")
+    accepted = (task,) if isinstance(task, str) else task
+    if accepted is not None and payload.get("task") not in accepted:
+        raise UserError(f"{path} is a '{payload.get('task')}' checkpoint, but this command needs a {' or '.join(repr(t) for t in accepted)} checkpoint")
     return Checkpoint(
         task=payload["task"],
         config=payload["config"],

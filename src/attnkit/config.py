@@ -37,6 +37,7 @@ class DataConfig:
     max_target_length: int = 50  # longer training pairs are skipped
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     feature_cache: str = "cache/features"  # captioning with a frozen image encoder: grid features cached here ("" : off)
+    text_path: str = ""  # task multitask: the parallel-text dataset (data.path is then the captioning dataset)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class ImageEncoderConfig:
     trainable_blocks: int = 0  # fine-tune the last N backbone blocks (0: frozen; then features can be cached)
     backbone_lr: float = 0.0  # learning rate of the fine-tuned blocks (0: train.lr)
     dropout: float = 0.0  # on the projected cells
+    position_embedding: bool = False  # add a learned embedding of each cell's position to its memory vector (needs grid_size)
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ class TrainConfig:
     threads: int = 0  # torch CPU threads (0: PyTorch default)
     seed: int = 1
     log_every: int = 50  # progress-bar refresh of the running loss, in batches
+    caption_share: float = 0.5  # task multitask: share of the batches that are captioning batches (the rest translate)
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ class SearchConfig:
 @dataclass(frozen=True)
 class ExperimentConfig:
     name: str = "experiment"
-    task: str = "translation"
+    task: str = "translation"  # translation | captioning | multitask (one decoder, an image and a text encoder)
     output_dir: str = ""  # empty: runs/<name>
     data: DataConfig = field(default_factory=DataConfig)
     text_encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)  # task translation

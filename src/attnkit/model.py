@@ -1,20 +1,25 @@
-"""Encoder + shared decoder, and the training objective.
+"""Encoders + the shared decoder, the model builders of every task, and the training objective.
 
 Legend: B batch, T target steps, L memory length, V target vocabulary.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from attnkit.config import ExperimentConfig
-from attnkit.data.batching import Batch
+from attnkit.config import ExperimentConfig, TrainConfig
+from attnkit.data.batching import Batch, PaddedTokens
 from attnkit.decoder import AttentionDecoder, DecoderOutput
+from attnkit.encoders.image import GridFeatures, ImageEncoder, Pixels
 from attnkit.encoders.text import TextEncoder
+from attnkit.errors import UserError
 from attnkit.interfaces import Encoder, EncoderOutput
 from attnkit.vocab import Vocabulary
+
+MULTITASK = "multitask"  # the task name of a joint model; it captions and translates
 
 
 class EncoderDecoder(nn.Module):
@@ -25,6 +30,10 @@ class EncoderDecoder(nn.Module):
         self.encoder = encoder
         self.decoder = decoder
 
+    def encoder_for(self, kind: str) -> Encoder:
+        """The encoder that reads sources of ``kind`` ("text" or "image")."""
+        return self.encoder
+
     def encode(self, source) -> EncoderOutput:
         return self.encoder(source)
 
@@ -33,12 +42,76 @@ class EncoderDecoder(nn.Module):
         return self.decoder(self.encode(batch.source), batch.target[:, :-1], teacher_forcing)
 
 
-def build_translation_model(config: ExperimentConfig, source_vocab: Vocabulary, target_vocab: Vocabulary) -> EncoderDecoder:
-    encoder = TextEncoder(config.text_encoder, len(source_vocab), pad_index=source_vocab.pad_index)
-    decoder = AttentionDecoder(
+def source_kind(source) -> str:
+    """"text" for token ids, "image" for pixels or cached grid features: which encoder reads a source."""
+    if isinstance(source, PaddedTokens):
+        return "text"
+    if isinstance(source, (Pixels, GridFeatures)):
+        return "image"
+    raise TypeError(f"no encoder reads sources of type {type(source).__name__}")
+
+
+class MultiTaskModel(EncoderDecoder):
+    """Several encoders, one decoder: target embeddings, attention and output layer are shared.
+
+    The source's kind picks the encoder; from the encoder output on, a caption and a
+    translation go through the very same modules.
+    """
+
+    def __init__(self, encoders: Mapping[str, nn.Module], decoder: AttentionDecoder):
+        nn.Module.__init__(self)  # no single ``encoder``: the base class's init would need one
+        self.encoders = nn.ModuleDict(encoders)
+        self.decoder = decoder
+
+    def encoder_for(self, kind: str) -> Encoder:
+        if kind not in self.encoders:
+            raise UserError(f"this model has no {kind} encoder (it has {', '.join(self.encoders)})")
+        return self.encoders[kind]
+
+    def encode(self, source) -> EncoderOutput:
+        return self.encoder_for(source_kind(source))(source)
+
+
+def _decoder_for(config: ExperimentConfig, encoder: Encoder, target_vocab: Vocabulary) -> AttentionDecoder:
+    return AttentionDecoder(
         config.decoder, len(target_vocab), memory_size=encoder.output_size, init_size=encoder.init_size, pad_index=target_vocab.pad_index
     )
-    return EncoderDecoder(encoder, decoder)
+
+
+def build_translation_model(config: ExperimentConfig, source_vocab: Vocabulary, target_vocab: Vocabulary) -> EncoderDecoder:
+    encoder = TextEncoder(config.text_encoder, len(source_vocab), pad_index=source_vocab.pad_index)
+    return EncoderDecoder(encoder, _decoder_for(config, encoder, target_vocab))
+
+
+def build_captioning_model(config: ExperimentConfig, vocab: Vocabulary, load_weights: bool = True) -> EncoderDecoder:
+    """``load_weights=False`` when a checkpoint's state dict follows (it holds the backbone too)."""
+    encoder = ImageEncoder(config.image_encoder, load_weights=load_weights)
+    return EncoderDecoder(encoder, _decoder_for(config, encoder, vocab))
+
+
+def build_multitask_model(config: ExperimentConfig, source_vocab: Vocabulary, target_vocab: Vocabulary, load_weights: bool = True) -> MultiTaskModel:
+    """An image encoder and a text encoder over one decoder; both must hand it memories of one size."""
+    text = TextEncoder(config.text_encoder, len(source_vocab), pad_index=source_vocab.pad_index)
+    image = ImageEncoder(config.image_encoder, load_weights=load_weights)
+    if (image.output_size, image.init_size) != (text.output_size, text.init_size):
+        raise UserError(
+            f"a shared decoder needs one memory size: image_encoder.memory_size is {image.output_size} but the text "
+            f"encoder gives {text.output_size} (text_encoder.hidden_size x 2 when bidirectional); make them equal"
+        )
+    return MultiTaskModel({"image": image, "text": text}, _decoder_for(config, text, target_vocab))
+
+
+def build_model(task: str, config: ExperimentConfig, vocabularies: Mapping[str, Sequence[str]], load_weights: bool = True) -> EncoderDecoder:
+    """The model of a checkpoint's ``task`` (its vocabularies as saved); ``load_weights=False`` when weights follow."""
+    target = Vocabulary(vocabularies["target"])
+    if task == "captioning":
+        return build_captioning_model(config, target, load_weights)
+    source = Vocabulary(vocabularies["source"])
+    if task == "translation":
+        return build_translation_model(config, source, target)
+    if task == MULTITASK:
+        return build_multitask_model(config, source, target, load_weights)
+    raise UserError(f"unknown task '{task}'")
 
 
 @dataclass(frozen=True)
@@ -57,6 +130,10 @@ class Seq2SeqObjective:
     attention_regularization: float = 0.0  # lambda in lambda * sum_l (1 - sum_t alpha_tl)^2 (Xu et al. 2015)
     teacher_forcing: float = 1.0
     pad_index: int = 0
+
+    @classmethod
+    def from_config(cls, train: TrainConfig, pad_index: int) -> "Seq2SeqObjective":
+        return cls(train.label_smoothing, train.attention_regularization, train.teacher_forcing, pad_index)
 
     def __call__(self, model: nn.Module, batch: Batch) -> LossOutput:
         output: DecoderOutput = model(batch, teacher_forcing=self.teacher_forcing)

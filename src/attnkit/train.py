@@ -163,9 +163,11 @@ class Trainer:
         progress_bar: bool = True,
         log: Callable[[str], None] = print,
         parameter_groups: list[dict[str, Any]] | None = None,
+        batch_sampler: torch.utils.data.Sampler | None = None,
     ):
         """``parameter_groups``: Adam's groups (e.g. a lower learning rate for a fine-tuned backbone);
-        default: every parameter that requires a gradient, at ``config.lr``."""
+        default: every parameter that requires a gradient, at ``config.lr``. ``batch_sampler``: the
+        batches of an epoch (it must have ``set_epoch``); default: length buckets of ``dataset.lengths``."""
         self.config = config
         self.run_dir = Path(run_dir)
         self.contents = contents
@@ -194,7 +196,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16 and self.device.type == "cuda")
         self.progress = TrainingProgress()
 
-        batches = BucketBatchSampler(dataset.lengths, config.batch_size, shuffle=True, seed=config.seed)
+        batches = batch_sampler if batch_sampler is not None else BucketBatchSampler(dataset.lengths, config.batch_size, shuffle=True, seed=config.seed)
         if self.distributed.enabled:
             batches = ShardedBatchSampler(batches, self.distributed.rank, self.distributed.world_size)
         self.batches = batches

@@ -9,6 +9,7 @@ data, the model and the model-agnostic :class:`~attnkit.train.Trainer`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from attnkit.data.text import ParallelTextDataset, collate_pairs, read_parallel,
 from attnkit.errors import UserError
 from attnkit.files import write_text_atomic
 from attnkit.metrics import translation_scores
-from attnkit.model import EncoderDecoder, Seq2SeqObjective, build_translation_model
+from attnkit.model import MULTITASK, EncoderDecoder, Seq2SeqObjective, build_model, build_translation_model
 from attnkit.search import search
 from attnkit.train import CheckpointContents, Trainer, TrainingProgress, claim_run_dir, resolve_device, run_training
 from attnkit.vocab import Tokenizer, Vocabulary
@@ -43,12 +44,16 @@ class TextPipeline:
     max_source_length: int
 
     @classmethod
-    def build(cls, config: ExperimentConfig, train_pairs: list[tuple[str, str]], source_lang: str, target_lang: str) -> "TextPipeline":
+    def build(
+        cls, config: ExperimentConfig, train_pairs: list[tuple[str, str]], source_lang: str, target_lang: str, more_targets: Sequence[str] = ()
+    ) -> "TextPipeline":
+        """Vocabularies from the training pairs; ``more_targets``: other target-language text for the target
+        vocabulary (a joint model's captions)."""
         data = config.data
         source_tokenizer = Tokenizer(data.tokenizer, source_lang)
         target_tokenizer = Tokenizer(data.tokenizer, target_lang)
         sources = [source_tokenizer.tokenize(s) for s, _ in train_pairs]
-        targets = [target_tokenizer.tokenize(t) for _, t in train_pairs]
+        targets = [target_tokenizer.tokenize(t) for t in [*(t for _, t in train_pairs), *more_targets]]
         return cls(
             source_lang,
             target_lang,
@@ -113,10 +118,10 @@ class Translator:
     def from_checkpoint(cls, checkpoint: str | Path | Checkpoint, device: str = "auto") -> "Translator":
         """A translator from a checkpoint file (or one already loaded)."""
         if not isinstance(checkpoint, Checkpoint):
-            checkpoint = load_checkpoint(checkpoint, task=TASK)
+            checkpoint = load_checkpoint(checkpoint, task=(TASK, MULTITASK))
         config = from_dict(ExperimentConfig, checkpoint.config)
         pipeline = TextPipeline.from_checkpoint(checkpoint)
-        model = build_translation_model(config, pipeline.source_vocab, pipeline.target_vocab)
+        model = build_model(checkpoint.task, config, checkpoint.vocabularies, load_weights=False)
         model.load_state_dict(checkpoint.model)
         return cls(model, pipeline, config.search, resolve_device(device))
 
@@ -189,6 +194,13 @@ class Translator:
         return {**scores, "sentences": len(pairs), "untranslatable": failed, "beam_size": beam_size or self.search.beam_size}
 
 
+def translation_validation(model: nn.Module, pipeline: TextPipeline, config: ExperimentConfig, pairs: list[tuple[str, str]]) -> dict:
+    """BLEU and chrF of free-running decoding (``train.valid_beam_size``) on validation pairs."""
+    translator = Translator(model, pipeline, config.search, next(model.parameters()).device)
+    metrics = translator.evaluate(pairs, beam_size=config.train.valid_beam_size, batch_size=128)
+    return {"bleu": metrics["bleu"], "chrf": metrics["chrf"]}
+
+
 def train_translation(
     config: ExperimentConfig, resume: Checkpoint | None = None, overwrite: bool = False, progress_bar: bool = True, log=print
 ) -> TrainingProgress:
@@ -213,14 +225,11 @@ def train_translation(
     )
     model = build_translation_model(config, pipeline.source_vocab, pipeline.target_vocab)
     log(f"model: {count_parameters(model):,} parameters")
-    objective = Seq2SeqObjective(
-        config.train.label_smoothing, config.train.attention_regularization, config.train.teacher_forcing, pipeline.target_vocab.pad_index
-    )
+    objective = Seq2SeqObjective.from_config(config.train, pipeline.target_vocab.pad_index)
 
     def validate(trained: nn.Module) -> dict:
-        translator = Translator(trained, pipeline, config.search, next(trained.parameters()).device)
-        metrics = translator.evaluate(valid_pairs, beam_size=config.train.valid_beam_size, batch_size=128)
-        return {"bleu": metrics["bleu"], "chrf": metrics["chrf"], "score": metrics["bleu"]}
+        metrics = translation_validation(trained, pipeline, config, valid_pairs)
+        return {**metrics, "score": metrics["bleu"]}
 
     trainer = Trainer(
         model,

@@ -5,6 +5,7 @@ Legend: B batch, S source length, T target length (with <bos>/<eos>).
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -101,3 +102,42 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
 
     def __len__(self) -> int:
         return (len(self.lengths) + self.batch_size - 1) // self.batch_size if self.lengths else 0
+
+
+class TaskMixSampler(torch.utils.data.Sampler[list[int]]):
+    """Batches of several tasks, each batch from one task, interleaved at random with fixed shares.
+
+    ``samplers`` give each task's batches as indices into that task's dataset;
+    ``offsets`` shift them into a dataset that concatenates the tasks' datasets. An
+    epoch has as many batches as all tasks together; each batch is drawn from task
+    ``k`` with probability ``shares[k]``, and a task whose batches run out starts
+    over on a fresh shuffle, so a small task is repeated rather than starved.
+    """
+
+    def __init__(self, samplers: Sequence[BucketBatchSampler], offsets: Sequence[int], shares: Sequence[float], seed: int = 0):
+        if len(samplers) != len(offsets) or len(samplers) != len(shares) or any(s < 0 for s in shares) or sum(shares) <= 0:
+            raise ValueError("one offset and one non-negative share per task, shares not all zero")
+        if any(share > 0 and len(sampler) == 0 for sampler, share in zip(samplers, shares)):
+            raise ValueError("a task with a positive share has no batches")
+        self.samplers, self.offsets, self.shares = list(samplers), list(offsets), list(shares)
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return sum(len(sampler) for sampler, share in zip(self.samplers, self.shares) if share > 0)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = random.Random(f"{self.seed}-{self.epoch}")
+        streams = [self._stream(task) for task in range(len(self.samplers))]
+        for task in rng.choices(range(len(self.samplers)), weights=self.shares, k=len(self)):
+            yield next(streams[task])
+
+    def _stream(self, task: int) -> Iterator[list[int]]:
+        sampler, offset = self.samplers[task], self.offsets[task]
+        for cycle in itertools.count():
+            sampler.set_epoch(self.epoch * 1000 + cycle)
+            for batch in sampler:
+                yield [offset + i for i in batch]

@@ -150,6 +150,12 @@ class ImageEncoder(nn.Module):
         self.output_size = config.memory_size or self.channels
         self.init_size = self.output_size
         self.projection = nn.Linear(self.channels, self.output_size) if config.memory_size else nn.Identity()
+        # CNN cells say what is there, barely where: a learned vector per cell lets the attended context carry position.
+        self.position = None
+        if config.position_embedding:
+            if not config.grid_size:
+                raise UserError("image_encoder.position_embedding needs a fixed image_encoder.grid_size")
+            self.position = nn.Parameter(torch.randn(config.grid_size**2, self.output_size) * 0.02)  # (L, D)
         self.dropout = nn.Dropout(config.dropout)
         self.train()  # puts the backbone's BatchNorm layers in eval mode from the start (see train())
 
@@ -194,6 +200,9 @@ class ImageEncoder(nn.Module):
             raise TypeError(f"ImageEncoder takes Pixels or GridFeatures, got {type(source).__name__}")
         batch, _, height, width = features.shape
         cells = features.float().flatten(2).transpose(1, 2)  # (B, g*g, C)
-        memory = self.dropout(self.projection(cells))  # (B, L, D)
+        memory = self.projection(cells)  # (B, L, D)
+        if self.position is not None:
+            memory = memory + self.position
+        memory = self.dropout(memory)
         mask = torch.ones(batch, height * width, dtype=torch.bool, device=memory.device)  # every cell is real
         return EncoderOutput(memory=memory, mask=mask, init_state=memory.mean(1), layout=Grid(height, width))

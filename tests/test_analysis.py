@@ -1,0 +1,92 @@
+import math
+
+import torch
+from nltk.translate.metrics import alignment_error_rate
+
+from attnkit.analysis import (
+    attention_alignment,
+    cell_boxes,
+    coverage,
+    effective_positions,
+    entropy,
+    forced_attention,
+    image_grounding,
+    mass_in_box,
+    peak_weight,
+    pointing_hit,
+    summarise,
+    text_grounding,
+)
+from attnkit.data.batching import pad_sequences
+from conftest import tiny_model
+
+
+def test_uniform_rows_have_maximal_entropy_and_one_hot_rows_none():
+    uniform, one_hot = torch.full((2, 8), 1 / 8), torch.eye(8)[:2]
+    torch.testing.assert_close(entropy(uniform), torch.full((2,), math.log(8)))
+    torch.testing.assert_close(entropy(one_hot), torch.zeros(2))
+    torch.testing.assert_close(effective_positions(uniform), torch.full((2,), 8.0))
+    torch.testing.assert_close(effective_positions(one_hot), torch.ones(2))
+    torch.testing.assert_close(peak_weight(uniform), torch.full((2,), 1 / 8))
+    torch.testing.assert_close(coverage(one_hot), torch.tensor([1.0, 1, 0, 0, 0, 0, 0, 0]))
+    summary = summarise(uniform).mean()
+    assert summary["normalised_entropy"] == 1.0 and summary["positions"] == 8
+
+
+def test_cells_tile_the_image_row_major():
+    cells = cell_boxes((2, 3), (90, 60))  # 2 rows, 3 columns over a 90 x 60 image
+    assert cells.shape == (6, 4)
+    torch.testing.assert_close(cells[0], torch.tensor([0.0, 0, 30, 30]))
+    torch.testing.assert_close(cells[5], torch.tensor([60.0, 30, 90, 60]))
+
+
+def test_one_hot_attention_in_the_box_hits_and_outside_misses():
+    grid, size = (4, 4), (64, 64)
+    box = (34, 2, 60, 14)  # top right: cells (row 0, columns 2 and 3)
+    inside, outside = torch.zeros(16), torch.zeros(16)
+    inside[3], outside[12] = 1.0, 1.0
+    assert pointing_hit(inside, grid, size, box) and not pointing_hit(outside, grid, size, box)
+    assert mass_in_box(outside, grid, size, box) == 0.0
+    # Cell 3 spans x 48..64, y 0..16; the box covers x 48..60, y 2..14: 12 * 12 / 256 of it.
+    assert math.isclose(mass_in_box(inside, grid, size, box), 144 / 256, rel_tol=1e-6)
+    whole = (0, 0, 64, 64)
+    assert math.isclose(mass_in_box(torch.full((16,), 1 / 16), grid, size, whole), 1.0, rel_tol=1e-6)
+
+
+def test_image_grounding_scores_only_referring_words():
+    grid, size = (2, 2), (32, 32)
+    boxes = [(0, 0, 16, 16), (16, 16, 32, 32)]  # object 0 top left, object 1 bottom right
+    attention = torch.tensor([[1.0, 0, 0, 0], [0, 0, 0, 1.0], [0, 0, 0, 1.0], [0.25, 0.25, 0.25, 0.25]])
+    scored = image_grounding(attention, [None, 0, 1, 1], boxes, grid, size)
+    assert (scored.words, scored.hits) == (3, 1)  # step 1 looks at object 1 for a word about object 0
+    assert math.isclose(scored.mean_mass, (0 + 1 + 0.25) / 3)
+    assert (scored + scored).hit_rate == scored.hit_rate
+
+
+def test_aer_of_a_known_alignment_matches_nltk():
+    # Source "un cercle rouge", target "a red circle <eos>": gold a-un, red-rouge, circle-cercle.
+    sure = {(0, 0), (2, 1), (1, 2)}
+    perfect = torch.tensor([[1.0, 0, 0], [0, 0, 1.0], [0, 1.0, 0], [1.0, 0, 0]])
+    assert text_grounding(perfect, sure, sure, target_words=3).aer == 0.0
+    monotone = torch.eye(3)
+    scored = text_grounding(monotone, sure, sure, target_words=3)
+    assert attention_alignment(monotone) == {(0, 0), (1, 1), (2, 2)}
+    assert math.isclose(scored.aer, alignment_error_rate(frozenset(sure), frozenset({(0, 0), (1, 1), (2, 2)})))
+    assert math.isclose(scored.aer, 1 - 2 / 6)
+    assert scored.peak_on_aligned_rate == 1 / 3
+    # Possible links count for precision but are not required for recall.
+    loose = text_grounding(monotone, {(0, 0)}, {(1, 1), (2, 2)}, target_words=3)
+    assert math.isclose(loose.aer, 1 - (1 + 3) / (3 + 1))
+    # Pooled sentences weigh every link once.
+    pooled = text_grounding(perfect, sure, sure, 3, sentence=0) + text_grounding(monotone, sure, sure, 3, sentence=1)
+    assert math.isclose(pooled.aer, 1 - (3 + 1 + 3 + 1) / (6 + 6))
+
+
+def test_forced_attention_returns_one_row_per_target_token_over_real_positions(vocab):
+    model = tiny_model(vocab)
+    source = pad_sequences([[4, 5, 6], [7, 8]])
+    targets = pad_sequences([[2, 5, 6, 3], [2, 9, 3]]).ids
+    rows = forced_attention(model.decoder, model.encode(source), targets)
+    assert [r.shape for r in rows] == [(3, 3), (2, 2)]
+    for r in rows:
+        torch.testing.assert_close(r.sum(-1), torch.ones(r.shape[0]))
