@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
+from PIL import Image
 from torch import Tensor, nn
 
 from attnkit.checkpoint import Checkpoint, load_checkpoint
@@ -27,10 +28,11 @@ from attnkit.config import ExperimentConfig, SearchConfig, from_dict, to_dict
 from attnkit.data.batching import Batch, pad_sequences
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
 from attnkit.data.features import FeatureCache, encoder_identity
-from attnkit.data.images import ImageError, load_image
+from attnkit.data.images import ImageError, image_tensor, load_image
 from attnkit.decoder import AttentionDecoder
 from attnkit.encoders.image import GridFeatures, ImageEncoder, Pixels
 from attnkit.errors import UserError
+from attnkit.interfaces import EncoderOutput
 from attnkit.metrics import caption_scores
 from attnkit.model import MULTITASK, EncoderDecoder, Seq2SeqObjective, build_captioning_model, build_model
 from attnkit.search import search
@@ -39,6 +41,7 @@ from attnkit.translation import count_parameters
 from attnkit.vocab import Tokenizer, Vocabulary
 
 TASK = "captioning"
+ImageInput = str | Path | Image.Image  # an image file, or an image already in memory (e.g. a generated scene)
 
 
 @dataclass(frozen=True)
@@ -122,33 +125,45 @@ class Captioner:
         cache = _feature_cache(model.encoder_for("image"), cache_dir) if cache_dir else None
         return cls(model, pipeline, config.search, resolve_device(device), cache)
 
-    def _sources(self, paths: list[Path]) -> Pixels | GridFeatures:
+    def _sources(self, images: Sequence[ImageInput]) -> Pixels | GridFeatures:
         encoder: ImageEncoder = self.model.encoder_for("image")
-        if self.cache is not None:
-            return GridFeatures(self.cache.get(paths, partial(_grid_on, encoder, self.device)).float())
-        return Pixels(torch.stack([load_image(p, encoder.config.image_size, encoder.normalization) for p in paths]))
+        if self.cache is not None and not any(isinstance(image, Image.Image) for image in images):
+            return GridFeatures(self.cache.get([Path(p) for p in images], partial(_grid_on, encoder, self.device)).float())
+        size, normalization = encoder.config.image_size, encoder.normalization
+
+        def pixels(image: ImageInput) -> Tensor:
+            if isinstance(image, Image.Image):
+                return image_tensor(image.convert("RGB"), size, normalization)
+            return load_image(image, size, normalization)
+
+        return Pixels(torch.stack([pixels(image) for image in images]))
 
     @torch.no_grad()
-    def caption(self, images: Sequence[str | Path], beam_size: int | None = None, batch_size: int = 32, n_best: int = 1) -> list[list[Caption]]:
-        """The ``n_best`` captions of each image, in input order; an unreadable image gets one Caption with ``error``."""
+    def encode(self, images: Sequence[ImageInput]) -> EncoderOutput:
+        """The image encoder's output for image files or PIL images (raises ImageError for a bad file)."""
+        return self.model.encode(self._sources(images).to(self.device))
+
+    @torch.no_grad()
+    def caption(self, images: Sequence[ImageInput], beam_size: int | None = None, batch_size: int = 32, n_best: int = 1) -> list[list[Caption]]:
+        """The ``n_best`` captions of each image (a file path or a PIL image), in input order; an unreadable
+        image gets one Caption with ``error``."""
         results: list[list[Caption] | None] = [None] * len(images)
         vocab = self.pipeline.vocab
         for start in range(0, len(images), batch_size):
             chunk = list(range(start, min(start + batch_size, len(images))))
             try:
-                source = self._sources([Path(images[i]) for i in chunk]).to(self.device)
+                encoded = self.encode([images[i] for i in chunk])
             except ImageError as error:  # isolate the bad image: the others are still captioned
                 if len(chunk) == 1:
-                    results[chunk[0]] = [Caption(str(images[chunk[0]]), [], "", float("-inf"), torch.zeros(0, 0), (0, 0), False, error=str(error))]
+                    results[chunk[0]] = [Caption(_name(images[chunk[0]], chunk[0]), [], "", float("-inf"), torch.zeros(0, 0), (0, 0), False, error=str(error))]
                 else:
                     for i in chunk:
                         results[i] = self.caption([images[i]], beam_size, 1, n_best)[0]
                 continue
-            encoded = self.model.encode(source)
             found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam_size, n_best)
             grid = (encoded.layout.height, encoded.layout.width)
             for i, hypotheses in zip(chunk, found):
-                results[i] = [self._caption(str(images[i]), h, grid) for h in hypotheses]
+                results[i] = [self._caption(_name(images[i], i), h, grid) for h in hypotheses]
         return results  # type: ignore[return-value]
 
     def _caption(self, image: str, hypothesis, grid: tuple[int, int]) -> Caption:
@@ -170,6 +185,10 @@ class Captioner:
         references = [[tokenize(r) for r in item.captions] for item in items]
         scores = caption_scores([c[0].words for c in captions], references, meteor=meteor, log=log)
         return {**scores, "images": len(items), "unreadable": len(failed), "beam_size": beam_size or self.search.beam_size}
+
+
+def _name(image: ImageInput, number: int) -> str:
+    return f"<image {number}>" if isinstance(image, Image.Image) else str(image)
 
 
 def _grid_on(encoder: ImageEncoder, device: torch.device, pixels: Tensor) -> Tensor:

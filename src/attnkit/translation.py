@@ -22,6 +22,7 @@ from attnkit.data.batching import pad_sequences
 from attnkit.data.text import ParallelTextDataset, collate_pairs, read_parallel, resolve_languages
 from attnkit.errors import UserError
 from attnkit.files import write_text_atomic
+from attnkit.interfaces import EncoderOutput
 from attnkit.metrics import translation_scores
 from attnkit.model import MULTITASK, EncoderDecoder, Seq2SeqObjective, build_model, build_translation_model
 from attnkit.search import search
@@ -135,6 +136,13 @@ class Translator:
             raise UserError(f"every word of the sentence is unknown to the model ({self.pipeline.source_lang} vocabulary)")
         limit = self.pipeline.max_source_length
         return words[:limit], len(words) > limit
+
+    @torch.no_grad()
+    def encode(self, sentences: list[str]) -> tuple[EncoderOutput, list[list[str]]]:
+        """The text encoder's output for ``sentences`` and the source words it read (raises UserError for a bad sentence)."""
+        words = [self._prepare(sentence)[0] for sentence in sentences]
+        source = pad_sequences([self.pipeline.source_vocab.encode(w) for w in words]).to(self.device)
+        return self.model.encode(source), words
 
     @torch.no_grad()
     def translate(self, sentences: list[str], beam_size: int | None = None, batch_size: int = 64, n_best: int = 1) -> list[list[Translation]]:

@@ -82,3 +82,62 @@ def save_figure(figure, path: str | Path) -> Path:
     finally:
         plt.close(figure)
     return Path(path)
+
+
+def overlay(image, weights: Tensor, grid: tuple[int, int], alpha: float = 0.5):
+    """A PIL image: ``image`` with one attention map (L,) over its (h, w) grid upsampled and blended in."""
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0  # (H, W, 3)
+    heat = attention_maps(weights.view(1, -1), grid, pixels.shape[:2])[0].numpy()  # (H, W)
+    colours = matplotlib.colormaps["jet"](heat / max(float(heat.max()), 1e-8))[..., :3]  # (H, W, 3)
+    return Image.fromarray(((1 - alpha) * pixels * 255 + alpha * colours * 255).clip(0, 255).astype(np.uint8))
+
+
+def plot_cross_modal(image, comparison, path: str | Path, title: str = "", columns: int = 6) -> Path:
+    """Per target word: its attention over the image (above) and over the source words (below).
+
+    ``comparison`` is an :class:`attnkit.comparison.Comparison`; the image panels
+    share the grid from the image encoder's layout, the bars the source words.
+    """
+    words, sources = comparison.target_words, comparison.source_words
+    blocks = (len(words) + columns - 1) // columns
+    figure, axes = plt.subplots(
+        2 * blocks, columns, figsize=(2.1 * columns, 4.2 * blocks), squeeze=False, gridspec_kw={"height_ratios": [2.0, 1.4] * blocks}
+    )
+    text_weights = comparison.text_attention.float().numpy()
+    for t in range(blocks * columns):
+        picture, bars = axes[2 * (t // columns), t % columns], axes[2 * (t // columns) + 1, t % columns]
+        picture.axis("off")
+        if t >= len(words):
+            bars.axis("off")
+            continue
+        picture.imshow(overlay(image, comparison.image_attention[t], comparison.grid))
+        picture.set_title(words[t], fontsize=11)
+        bars.bar(range(len(sources)), text_weights[t], color="tab:blue")
+        bars.set_ylim(0, 1)
+        bars.set_xticks(range(len(sources)), labels=sources, rotation=70, fontsize=7)
+        bars.tick_params(axis="y", labelsize=7)
+    if title:
+        figure.suptitle(title, fontsize=11)
+    figure.tight_layout()
+    return save_figure(figure, path)
+
+
+def plot_distributions(series: dict[str, dict[str, Sequence[float]]], path: str | Path, title: str = "") -> Path:
+    """One histogram panel per statistic, one coloured histogram per group (e.g. per modality).
+
+    ``series``: statistic name -> {group name -> values}.
+    """
+    figure, axes = plt.subplots(1, len(series), figsize=(4.2 * len(series), 3.2), squeeze=False)
+    for axis, (statistic, groups) in zip(axes[0], series.items()):
+        for group, values in groups.items():
+            axis.hist(list(values), bins=20, range=(0.0, 1.0), alpha=0.55, label=group)
+        axis.set_xlabel(statistic)
+        axis.set_ylabel("target words")
+        axis.legend(fontsize=8)
+    if title:
+        figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    return save_figure(figure, path)

@@ -212,7 +212,7 @@ def render(scene: Scene) -> Image.Image:
     """The scene's image: objects drawn over a noisy, softly coloured background (deterministic)."""
     noise = np.random.default_rng(scene.seed)
     size = scene.size
-    tint = noise.uniform(70, 150, size=3)  # (3,)
+    tint = noise.uniform(80, 150) + noise.uniform(-12, 12, size=3)  # (3,) greyish: no background passes for an object colour
     ramp = np.linspace(-20, 20, size)[None, :, None] * noise.choice([-1, 1])  # (1, W, 1) a gentle left-right gradient
     pixels = tint + ramp + noise.normal(0, 18, size=(size, size, 3))  # (H, W, 3)
     image = Image.fromarray(pixels.clip(0, 255).astype(np.uint8), "RGB")

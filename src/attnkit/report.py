@@ -1,0 +1,124 @@
+"""A self-contained HTML report of one cross-modal comparison.
+
+One file, no external resources: the image and one attention overlay per target
+word are embedded as PNG data URLs. Hovering over or clicking a target word shows
+its map over the image next to its weights over the source words, with the
+word's statistics; a table lists every word's statistics for both modalities.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+
+from attnkit.comparison import Comparison
+from attnkit.files import write_text_atomic
+from attnkit.viz import overlay
+
+
+def _png_data_url(image) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+STYLE = """
+body { font-family: sans-serif; margin: 1.5em; color: #222; max-width: 70em; }
+h1 { font-size: 1.3em; }
+.sentence { margin: 0.3em 0; }
+.words { margin: 1em 0; }
+.word { font-size: 1.05em; margin: 0.15em; padding: 0.3em 0.6em; border: 1px solid #888; background: #f4f4f4; cursor: pointer; border-radius: 4px; }
+.word.active { background: #2a6edb; color: white; border-color: #2a6edb; }
+.panels { display: flex; gap: 2em; align-items: flex-end; flex-wrap: wrap; }
+.panel h2 { font-size: 1em; margin: 0.3em 0; }
+#image-map { width: 320px; height: 320px; image-rendering: auto; border: 1px solid #ccc; }
+#source-bars { display: flex; align-items: flex-end; gap: 6px; height: 220px; border-bottom: 1px solid #999; padding: 0 4px; }
+.source { display: flex; flex-direction: column; align-items: center; justify-content: flex-end; height: 100%; }
+.bar { width: 26px; background: #2a6edb; }
+.label { font-size: 0.85em; margin-top: 3px; writing-mode: vertical-rl; transform: rotate(180deg); max-height: 8em; }
+table { border-collapse: collapse; margin-top: 1.5em; font-size: 0.9em; }
+td, th { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+th { background: #eee; }
+td.text { text-align: left; }
+tr.active td { background: #e3ecfb; }
+"""
+
+SCRIPT = """
+const steps = JSON.parse(document.getElementById("steps").textContent);
+function show(t) {
+  const step = steps[t];
+  document.getElementById("image-map").src = step.map;
+  document.getElementById("current-word").textContent = step.word;
+  step.weights.forEach((w, s) => {
+    document.getElementById("bar-" + s).style.height = (100 * w).toFixed(1) + "%";
+    document.getElementById("bar-" + s).title = w.toFixed(3);
+  });
+  document.getElementById("image-stats").textContent = `entropy ${step.image.entropy.toFixed(3)}, peak ${step.image.peak.toFixed(3)}`;
+  document.getElementById("text-stats").textContent = `entropy ${step.text.entropy.toFixed(3)}, peak ${step.text.peak.toFixed(3)}`;
+  document.querySelectorAll(".word, tr.step").forEach(e => e.classList.toggle("active", Number(e.dataset.step) === t));
+}
+document.querySelectorAll(".word").forEach(button => {
+  button.addEventListener("click", () => show(Number(button.dataset.step)));
+  button.addEventListener("mouseenter", () => show(Number(button.dataset.step)));
+});
+show(0);
+"""
+
+
+def write_report(path: str | Path, image, comparison: Comparison, statistics: dict, title: str = "attnkit: attention over an image and over a sentence") -> Path:
+    """Write the report for ``comparison`` (``statistics`` as :meth:`Comparison.statistics` gives them)."""
+    steps = []
+    for t, word in enumerate(comparison.target_words):
+        per_word = statistics["per_word"][t]
+        steps.append(
+            {
+                "word": word,
+                "map": _png_data_url(overlay(image, comparison.image_attention[t], comparison.grid).resize((320, 320))),
+                "weights": [round(float(w), 4) for w in comparison.text_attention[t]],
+                "image": per_word["image"],
+                "text": per_word["text"],
+            }
+        )
+    escape = html.escape
+    buttons = "".join(f'<button class="word" data-step="{t}">{escape(step["word"])}</button>' for t, step in enumerate(steps))
+    bars = "".join(
+        f'<div class="source"><div class="bar" id="bar-{s}"></div><div class="label">{escape(word)}</div></div>' for s, word in enumerate(comparison.source_words)
+    )
+    rows = "".join(
+        f'<tr class="step" data-step="{t}"><td class="text">{escape(step["word"])}</td>'
+        f'<td>{step["image"]["entropy"]:.3f}</td><td>{step["image"]["peak"]:.3f}</td><td>{step["image"]["effective_positions"]:.2f}</td>'
+        f'<td>{step["text"]["entropy"]:.3f}</td><td>{step["text"]["peak"]:.3f}</td><td>{step["text"]["effective_positions"]:.2f}</td></tr>'
+        for t, step in enumerate(steps)
+    )
+    means = "".join(
+        f'<tr><td class="text">{modality} (mean over steps)</td><td>{statistics[modality]["entropy"]:.3f}</td><td>{statistics[modality]["peak"]:.3f}</td>'
+        f'<td>{statistics[modality]["effective_positions"]:.2f}</td><td>{statistics[modality]["normalised_entropy"]:.3f}</td>'
+        f'<td>{statistics[modality]["positions"]}</td></tr>'
+        for modality in ("image", "text")
+    )
+    height, width = comparison.grid
+    target = " ".join(w for w in comparison.target_words[:-1])
+    steps_json = json.dumps(steps).replace("</", "<\\/")  # no "</script>" inside the script element
+    document = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title><style>{STYLE}</style></head>
+<body>
+<h1>{escape(title)}</h1>
+<p class="sentence"><b>target</b> (forced through both encoders): {escape(target)}</p>
+<p class="sentence"><b>source</b>: {escape(" ".join(comparison.source_words))}</p>
+<p>Hover over or click a target word to see where the decoder looked, over the {height}&times;{width} image grid and over the source words.</p>
+<div class="words">{buttons}</div>
+<div class="panels">
+  <div class="panel"><h2>image: <span id="current-word"></span></h2><img id="image-map" alt="attention over the image"><div id="image-stats"></div></div>
+  <div class="panel"><h2>source words</h2><div id="source-bars">{bars}</div><div id="text-stats"></div></div>
+  <div class="panel"><h2>input</h2><img src="{_png_data_url(image.convert("RGB").resize((160, 160)))}" alt="input image"></div>
+</div>
+<table><tr><th>target word</th><th>image entropy</th><th>image peak</th><th>image eff. cells</th><th>text entropy</th><th>text peak</th><th>text eff. words</th></tr>{rows}</table>
+<table><tr><th>modality</th><th>entropy (nats)</th><th>peak</th><th>effective positions</th><th>entropy / log L</th><th>positions L</th></tr>{means}</table>
+<script type="application/json" id="steps">{steps_json}</script>
+<script>{SCRIPT}</script>
+</body></html>
+"""
+    return write_text_atomic(path, document)

@@ -1,0 +1,122 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from attnkit.config import load_config
+from attnkit.data.batching import BucketBatchSampler, TaskMixSampler
+from attnkit.data.scenes import write_scene_dataset
+from attnkit.errors import UserError
+from attnkit.model import MultiTaskModel, build_multitask_model
+from attnkit.multitask import TaskMixDataset, train_multitask
+from attnkit.vocab import Vocabulary
+
+
+def tiny_joint_config(scenes: Path, run: Path, *more: str):
+    return load_config(
+        None,
+        [
+            "task=multitask",
+            f"data.path={scenes}/captions",
+            f"data.text_path={scenes}/text",
+            "data.tokenizer.kind=space",
+            "image_encoder.backbone=resnet18",
+            "image_encoder.weights=none",
+            "image_encoder.image_size=64",
+            "image_encoder.grid_size=2",
+            "image_encoder.memory_size=12",
+            "image_encoder.position_embedding=true",
+            "text_encoder.embedding_size=8",
+            "text_encoder.hidden_size=6",
+            "decoder.embedding_size=8",
+            "decoder.hidden_size=12",
+            "decoder.attention_size=8",
+            "decoder.style=bahdanau",
+            "decoder.score=additive",
+            "train.batch_size=16",
+            "train.epochs=2",
+            "train.device=cpu",
+            f"output_dir={run}",
+            *more,
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def scenes(tmp_path_factory) -> Path:
+    return write_scene_dataset(tmp_path_factory.mktemp("scenes"), {"train": 40, "valid": 6, "test": 6, "compositional": 6}, seed=0, size=64)
+
+
+def test_task_mix_sampler_keeps_tasks_apart_and_follows_the_shares():
+    captions, pairs = BucketBatchSampler([(5, 0)] * 40, 4, seed=0), BucketBatchSampler([(3, 3)] * 200, 4, seed=0)
+    sampler = TaskMixSampler([captions, pairs], [0, 40], [0.8, 0.2], seed=1)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) == 60
+    kinds = ["caption" if max(b) < 40 else "text" for b in batches]
+    assert all(max(b) < 40 or min(b) >= 40 for b in batches)  # one task per batch
+    assert kinds.count("caption") > 2 * kinds.count("text")  # 80 % caption batches (a small task repeats)
+    sampler.set_epoch(1)
+    assert list(sampler) != batches
+    with pytest.raises(ValueError):
+        TaskMixSampler([captions, BucketBatchSampler([], 4)], [0, 40], [0.5, 0.5])
+
+
+def test_task_mix_dataset_finds_each_task():
+    mix = TaskMixDataset({"image": ["a", "b"], "text": ["c", "d", "e"]})
+    assert len(mix) == 5 and mix[1] == ("image", "b") and mix[2] == ("text", "c") and mix[4] == ("text", "e")
+
+
+def test_the_decoder_is_shared_and_sizes_must_agree(scenes, tmp_path):
+    vocab = Vocabulary.build([["w"]])
+    model = build_multitask_model(tiny_joint_config(scenes, tmp_path), vocab, vocab, load_weights=False)
+    assert isinstance(model, MultiTaskModel) and set(model.encoders) == {"image", "text"}
+    assert model.encoder_for("text").output_size == model.encoder_for("image").output_size
+    with pytest.raises(UserError, match="one memory size"):
+        build_multitask_model(tiny_joint_config(scenes, tmp_path, "image_encoder.memory_size=10"), vocab, vocab, load_weights=False)
+
+
+def test_joint_training_then_caption_translate_evaluate_and_compare(scenes, tmp_path, capsys):
+    from tasks import caption, compare, evaluate, translate
+
+    run = tmp_path / "run"
+    progress = train_multitask(tiny_joint_config(scenes, run), progress_bar=False, log=lambda *a: None)
+    assert progress.epoch == 2
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert {"caption_bleu4", "bleu", "score"} <= set(log[-1]["valid"])
+    checkpoint = str(run / "best.pt")
+
+    image = scenes / "images" / "test-00000.png"
+    assert caption.main(["--checkpoint", checkpoint, str(image)]) == 0  # the image picks the image encoder
+    assert translate.main(["--checkpoint", checkpoint, "un grand cercle rouge"]) == 0  # a sentence picks the text encoder
+    capsys.readouterr()
+    assert evaluate.main(["--checkpoint", checkpoint, "--split", "test", "--task", "translate"]) == 0
+    assert "bleu" in json.loads(capsys.readouterr().out)
+    with pytest.raises(UserError, match="--task caption or --task translate"):
+        evaluate.main(["--checkpoint", checkpoint, "--split", "test"])
+
+    out = tmp_path / "compare"
+    assert compare.main(["--checkpoint", checkpoint, "--image", str(image), "--source", "un grand cercle rouge", "--target", "a large red circle", "--out", str(out)]) == 0
+    statistics = json.loads((out / "statistics.json").read_text())
+    assert len(statistics["per_word"]) == len(statistics["target"].split()) + 1  # every word and <eos>
+    assert (out / "comparison.png").stat().st_size > 0 and "<script" in (out / "report.html").read_text()
+
+    scenes_out = tmp_path / "compare-scenes"
+    assert compare.main(["--checkpoint", checkpoint, "--scenes", "4", "--out", str(scenes_out)]) == 0
+    metrics = json.loads((scenes_out / "metrics.json").read_text())
+    for split in ("test", "compositional"):
+        assert 0 <= metrics[split]["grounding"]["pointing_hit_rate"] <= 100
+        assert 0 <= metrics[split]["grounding"]["aer"] <= 1
+    assert (scenes_out / "distributions.png").is_file() and (scenes_out / "example" / "report.html").is_file()
+
+
+def test_compare_refuses_mixed_or_missing_checkpoints(scenes, tmp_path):
+    from tasks import compare
+
+    with pytest.raises(UserError, match="joint checkpoint, or both"):
+        compare.main(["--caption-checkpoint", str(tmp_path / "x.pt"), "--image", "a.png", "--source", "b", "--out", str(tmp_path)])
+
+
+def test_position_embedding_needs_a_fixed_grid(scenes, tmp_path):
+    vocab = Vocabulary.build([["w"]])
+    with pytest.raises(UserError, match="grid_size"):
+        build_multitask_model(tiny_joint_config(scenes, tmp_path, "image_encoder.grid_size=0"), vocab, vocab, load_weights=False)
