@@ -20,7 +20,6 @@ the issue: batched >= 10x the captions per second of one at a time.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from attnkit.data.captions import image_root, read_caption_split
 from attnkit.encoders.image import GridFeatures
 from attnkit.errors import UserError, run_cli
 from attnkit.search import search
-from machine import busy_cores, machine_info, utc_now
+from machine import busy_cores, print_result
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATIO = 10.0
@@ -96,12 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         "met": met,
         "identical_captions": agree,
         "checkpoint": args.checkpoint,
-        "busy_cores_before": busy_before,
-        "machine": machine_info(),
-        "date": utc_now(),
     }
-    print(json.dumps(result))
-    return 0
+    return print_result(result, busy_before)
 
 
 if __name__ == "__main__":

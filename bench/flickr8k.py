@@ -23,7 +23,6 @@ no-attention model (here: by at least MIN_MARGIN); ``met`` requires both.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ from attnkit.config import load_config
 from attnkit.data.captions import image_root, read_caption_split, write_caption_dataset
 from attnkit.errors import run_cli
 from attnkit.translation import count_parameters
-from machine import busy_cores, machine_info, utc_now
+from machine import busy_cores, print_result
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -128,12 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         "config": str(Path(args.config).relative_to(ROOT)) if Path(args.config).is_relative_to(ROOT) else args.config,
         "overrides": args.overrides,
         "run_dir": str(out),
-        "busy_cores_before": busy_before,
-        "machine": machine_info(),
-        "date": utc_now(),
     }
-    print(json.dumps(result))
-    return 0
+    return print_result(result, busy_before)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import time
@@ -65,3 +66,9 @@ def machine_info() -> dict:
 
 def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def print_result(result: dict, busy_before: float | None) -> int:
+    """The benchmark's last line: its figures plus the load before it started, the machine and the date."""
+    print(json.dumps({**result, "busy_cores_before": busy_before, "machine": machine_info(), "date": utc_now()}))
+    return 0

@@ -32,7 +32,7 @@ from attnkit.config import load_config
 from attnkit.data.text import read_parallel, write_parallel_dataset
 from attnkit.errors import run_cli
 from attnkit.translation import Translator, count_parameters, train_translation
-from machine import busy_cores, machine_info, utc_now
+from machine import busy_cores, print_result
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -133,12 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         "config": args.config,
         "overrides": args.overrides,
         "run_dir": str(out),
-        "busy_cores_before": busy_before,
-        "machine": machine_info(),
-        "date": utc_now(),
     }
-    print(json.dumps(result))
-    return 0
+    return print_result(result, busy_before)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,6 @@ says so when it sees other work just before starting (``busy_cores_before``).
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import tempfile
@@ -69,7 +68,7 @@ from attnkit.data.text import ParallelTextDataset, collate_pairs
 from attnkit.model import Seq2SeqObjective, build_translation_model
 from attnkit.train import CheckpointContents, Trainer
 from attnkit.vocab import SPECIALS, Vocabulary
-from machine import busy_cores, machine_info, processor_name, usable_cores, utc_now
+from machine import busy_cores, print_result, processor_name, usable_cores
 
 PAIRS = 5318
 SOURCE_VOCAB = 2579
@@ -365,11 +364,8 @@ def main(argv: list[str] | None = None) -> dict:
         "data": {"pairs": PAIRS, "source_vocab": SOURCE_VOCAB, "target_vocab": TARGET_VOCAB, "max_words": MAX_WORDS, "lengths": origin},
         "seed": args.seed,
         "threads": threads,
-        "busy_cores_before": busy_before,
-        "machine": machine_info(),
-        "date": utc_now(),
     }
-    print(json.dumps(result))
+    print_result(result, busy_before)
     return result
 
 

@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.scenes:
         if args.image or args.source or args.target:
             raise UserError("--scenes evaluates generated scenes: leave out --image, --source and --target")
-        outputs = compare_scenes(comparer, args, out)
+        outputs = compare_scenes(comparer, out, args.scenes, args.seed, args.scene_size, args.beam)
     else:
         if not args.image or not args.source:
             raise UserError("give --image and --source (or --scenes N)")
@@ -89,16 +89,17 @@ def write_comparison(comparer: AttentionComparer, image, source: str, target: st
     return [(png, "each target word's attention over the image (top) and over the source words (bottom)"), (html, "interactive report"), (stats, "statistics")]
 
 
-def compare_scenes(comparer: AttentionComparer, args: argparse.Namespace, out: Path) -> list[tuple[Path, str]]:
+def compare_scenes(comparer: AttentionComparer, out: Path, count: int, seed: int = 0, size: int = 128, beam: int | None = None) -> list[tuple[Path, str]]:
+    """Metrics JSON and distribution plots on ``count`` generated scenes per split, and the comparison of one scene."""
     if comparer.translator.pipeline.source_lang != "fr" or comparer.translator.pipeline.target_lang != "en":
         raise UserError("generated scenes are described in French and English: this needs a French -> English model trained on scenes")
-    if args.scenes < 1:
+    if count < 1:
         raise UserError("--scenes must be at least 1")
-    metrics: dict = {"seed": args.seed, "scene_size": args.scene_size}
+    metrics: dict = {"seed": seed, "scene_size": size}
     distributions = {}
     for split in SCENE_SPLITS:
-        scenes = generate_scenes(args.scenes, args.seed, split, args.scene_size)
-        result = evaluate_scenes(comparer, scenes, beam_size=args.beam)
+        scenes = generate_scenes(count, seed, split, size)
+        result = evaluate_scenes(comparer, scenes, beam_size=beam)
         distributions[split] = result.pop("distributions")
         metrics[split] = result
         grounding = result["grounding"]
@@ -113,8 +114,8 @@ def compare_scenes(comparer: AttentionComparer, args: argparse.Namespace, out: P
         f"{statistic.replace('_', ' ')}": {f"{modality} ({split})": distributions[split][f"{modality}_{statistic}"] for split in SCENE_SPLITS for modality in ("image", "text")}
         for statistic in ("normalised_entropy", "peak")
     }
-    plot = plot_distributions(series, out / "distributions.png", title=f"attention per target word, {args.scenes} scenes per split")
-    example = generate_scenes(1, args.seed, "test", args.scene_size)[0]
+    plot = plot_distributions(series, out / "distributions.png", title=f"attention per target word, {count} scenes per split")
+    example = generate_scenes(1, seed, "test", size)[0]
     sentence = example.sentences[0]
     outputs = [(metrics_json, "quality, grounding and attention statistics per split"), (plot, "entropy and peak weight per modality")]
     outputs += write_comparison(comparer, example.image(), sentence.french_text, sentence.english_text, out / "example")

@@ -1,13 +1,16 @@
-"""The embedded demo: one decoder core, two tasks. Train a small French -> English translator and a
-small captioner of generated images, use both, show their attention.
+"""The embedded demo: one decoder core, two modalities. Train a small French -> English translator,
+then a joint model that captions generated scenes and translates their French descriptions with
+one shared decoder, use both, and compare the two kinds of attention.
 
-    make demo                  # or: python tasks/demo.py [--set train.epochs=3 ...] [--caption-set train.epochs=2 ...]
+    make demo                  # or: python tasks/demo.py [--set train.epochs=3 ...] [--scenes-set train.epochs=2 ...]
 
-Everything runs on embedded data (the committed Tatoeba subset data/tatoeba-fr-en
-and images generated on the spot) and is written under runs/demo/ (a previous
-demo run there is replaced): best.pt / last.pt checkpoints, log.jsonl,
-translations.txt, attention.png, test_scores.json; captioner/ with its
-checkpoints, captions.txt and caption-attention-<n>.png overlays.
+Everything runs on embedded data (the committed Tatoeba subset data/tatoeba-fr-en and
+scenes generated on the spot, attnkit.data.scenes) and is written under runs/demo/ (a
+previous demo run there is replaced): the translator's best.pt / last.pt, log.jsonl,
+translations.txt, attention.png and test_scores.json; scenes/ with the joint model's
+checkpoints, outputs.txt (captions and translations of test scenes), compare/ (one
+scene's comparison.png, report.html and statistics.json) and metrics/ (grounding and
+quality on held-out and compositional scenes, distributions.png).
 """
 
 from __future__ import annotations
@@ -19,29 +22,34 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnkit.captioning import Captioner, train_captioning
+from attnkit.captioning import Captioner
+from attnkit.comparison import AttentionComparer
 from attnkit.config import load_config
-from attnkit.data.captions import image_root, read_caption_split
-from attnkit.data.images import open_rgb
-from attnkit.data.shapes import write_shape_dataset
+from attnkit.data.scenes import generate_scenes, write_scene_dataset
 from attnkit.data.text import read_parallel, resolve_languages
 from attnkit.errors import run_cli
 from attnkit.files import write_text_atomic
+from attnkit.multitask import train_multitask
 from attnkit.translation import Translator, train_translation
-from attnkit.viz import plot_attention_matrix, plot_image_attention
+from attnkit.viz import plot_attention_matrix
 from attnkit.vocab import EOS
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tasks.compare import compare_scenes, write_comparison  # noqa: E402  (tasks/ is not a package on sys.path when run as a script)
+
 SHOWN = 8  # test sentences printed
-CAPTIONED = 4  # generated test images captioned
+SCENES_SHOWN = 4  # test scenes captioned and translated
 
 
 def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(ROOT / "tasks/configs/demo.yaml"))
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--caption-config", default=str(ROOT / "tasks/configs/demo_captions.yaml"))
-    parser.add_argument("--caption-set", dest="caption_overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--scenes-config", default=str(ROOT / "tasks/configs/scenes_multitask.yaml"))
+    parser.add_argument("--scenes-set", dest="scenes_overrides", action="append", default=[], metavar="KEY=VALUE", help="override of the joint scene model's config")
+    parser.add_argument("--scenes", type=int, default=1500, help="generated training scenes of the joint model")
+    parser.add_argument("--evaluate", type=int, default=100, help="held-out scenes per split in the metrics")
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -52,13 +60,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_dir = config.run_dir
     started = time.perf_counter()
     source_lang, target_lang = resolve_languages(config.data.path, config.data.source_lang, config.data.target_lang)
-    print(f"1/4 training a {source_lang}->{target_lang} translator on {config.data.path} ({run_dir} is replaced)")
+    print(f"1/6 training a {source_lang}->{target_lang} translator on {config.data.path} ({run_dir} is replaced)")
     train_translation(config, overwrite=True, progress_bar=not args.no_progress)
 
     translator = Translator.from_checkpoint(run_dir / "best.pt")
     test_pairs = read_parallel(config.data.path, "test", source_lang, target_lang)
     shown = test_pairs[:SHOWN]
-    print(f"\n2/4 translating {len(shown)} test sentences (beam {config.search.beam_size})")
+    print(f"\n2/6 translating {len(shown)} test sentences (beam {config.search.beam_size})")
     results = translator.translate([source for source, _ in shown])
     lines = []
     for (source, reference), (best, *_) in zip(shown, results):
@@ -71,12 +79,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         example.attention, example.source_words, example.words + ([EOS] if example.finished else []), run_dir / "attention.png", title=example.text
     )
 
-    print(f"3/4 scoring all {len(test_pairs)} test sentences")
+    print(f"3/6 scoring all {len(test_pairs)} test sentences")
     scores = translator.evaluate(test_pairs)
     write_text_atomic(run_dir / "test_scores.json", json.dumps(scores, indent=2) + "\n")
     print(f"test BLEU {scores['bleu']}  chrF {scores['chrf']}  ({scores['bleu_signature']})")
 
-    caption_outputs = caption_generated_images(args, run_dir)
+    scene_outputs = scene_tour(args, run_dir)
     print(f"\ndone in {time.perf_counter() - started:.0f} s. Outputs:")
     for name, what in [
         ("best.pt", "checkpoint (try: python tasks/translate.py --checkpoint runs/demo/best.pt \"je suis content .\")"),
@@ -86,33 +94,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("test_scores.json", "BLEU and chrF on the test split"),
     ]:
         print(f"  {run_dir / name}: {what}")
-    for path, what in caption_outputs:
+    for path, what in scene_outputs:
         print(f"  {path}: {what}")
     return 0
 
 
-def caption_generated_images(args: argparse.Namespace, run_dir: Path) -> list[tuple[Path, str]]:
-    """Step 4: the same decoder core on images: generate shapes, train a captioner, caption a few, draw the overlays."""
-    shapes = write_shape_dataset(run_dir / "shapes", per_combination=3, seed=0)
-    config = load_config(args.caption_config, [f"data.path={shapes}", f"output_dir={run_dir / 'captioner'}", *args.caption_overrides])
-    items = read_caption_split(shapes, "test")
-    print(f"\n4/4 captioning generated images: training a {config.decoder.style} {config.decoder.rnn} decoder on frozen {config.image_encoder.backbone} features")
-    train_captioning(config, overwrite=True, progress_bar=not args.no_progress)
-    captioner = Captioner.from_checkpoint(config.run_dir / "best.pt", cache_dir=config.data.feature_cache or None)
-    shown = items[:: max(1, len(items) // CAPTIONED)][:CAPTIONED]
-    root = image_root(shapes)
-    results = captioner.caption([root / item.image for item in shown])
-    lines, outputs = [], []
-    for number, (item, (best, *_)) in enumerate(zip(shown, results), 1):
-        lines += [f"image: {item.image}", f"out:   {best.text}", f"ref:   {item.captions[0]}", ""]
-        words = best.words + ([EOS] if best.finished else [])
-        png = plot_image_attention(open_rgb(root / item.image), words, best.attention, best.grid, config.run_dir / f"caption-attention-{number}.png", best.text)
-        outputs.append((png, f"attention over the {best.grid[0]}x{best.grid[1]} grid for each word of '{best.text}'"))
+def scene_tour(args: argparse.Namespace, run_dir: Path) -> list[tuple[Path, str]]:
+    """Steps 4-6: one decoder for images and sentences, trained jointly on generated scenes, and its attention compared."""
+    scenes_dir = run_dir / "scenes"
+    data = write_scene_dataset(scenes_dir / "data", {"train": args.scenes, "valid": max(10, args.scenes // 15)}, seed=0)
+    overrides = [f"data.path={data / 'captions'}", f"data.text_path={data / 'text'}", f"output_dir={scenes_dir}", "train.epochs=4", "train.max_minutes=4"]
+    config = load_config(args.scenes_config, [*overrides, *args.scenes_overrides])
+    print(
+        f"\n4/6 one decoder, two encoders: training on {args.scenes} generated scenes to caption them ({config.image_encoder.backbone}) "
+        f"and to translate their French descriptions (text encoder rnn: {config.text_encoder.rnn})"
+    )
+    train_multitask(config, overwrite=True, progress_bar=not args.no_progress)
+    checkpoint = scenes_dir / "best.pt"
+    comparer = AttentionComparer(Captioner.from_checkpoint(checkpoint), Translator.from_checkpoint(checkpoint))
+
+    shown = generate_scenes(SCENES_SHOWN, seed=0, split="test")
+    print(f"\n5/6 captioning {len(shown)} held-out scenes and translating their French descriptions with the same checkpoint")
+    captions = comparer.captioner.caption([scene.image() for scene in shown])
+    translations = comparer.translator.translate([scene.sentences[0].french_text for scene in shown])
+    lines = []
+    for number, (scene, (caption, *_), (translation, *_)) in enumerate(zip(shown, captions, translations)):
+        scene.image().save(scenes_dir / f"scene-{number}.png")
+        lines += [f"scene-{number}.png", f"  caption:     {caption.text}", f"  fr:          {scene.sentences[0].french_text}", f"  translation: {translation.text}", ""]
     print("\n".join(lines))
-    captions_txt = write_text_atomic(config.run_dir / "captions.txt", "\n".join(lines))
-    example = root / shown[0].image
-    checkpoint = (config.run_dir / "best.pt", f"captioning checkpoint (try: python tasks/caption.py --checkpoint {config.run_dir / 'best.pt'} {example})")
-    return [checkpoint, (captions_txt, "the captions above"), *outputs]
+    outputs_txt = write_text_atomic(scenes_dir / "outputs.txt", "\n".join(lines))
+
+    print(f"6/6 comparing the attention: one scene in detail, then {args.evaluate} held-out and {args.evaluate} compositional scenes")
+    example = shown[0].sentences[0]
+    compared = write_comparison(comparer, shown[0].image(), example.french_text, example.english_text, scenes_dir / "compare")
+    metrics = compare_scenes(comparer, scenes_dir / "metrics", args.evaluate, seed=0)
+    try_it = f"python tasks/caption.py --checkpoint {checkpoint} {scenes_dir / 'scene-0.png'}"
+    return [(checkpoint, f"joint checkpoint (try: {try_it})"), (outputs_txt, "the captions and translations above"), *compared, *metrics]
 
 
 if __name__ == "__main__":

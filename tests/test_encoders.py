@@ -18,9 +18,9 @@ def text_encoder(rnn="gru", bidirectional=True, layers=1):
     return TextEncoder(config, vocab_size=12).eval(), pad_sequences(SOURCES)
 
 
-def image_encoder(backbone, grid=2, trainable=0, keep_mode=False):
+def image_encoder(backbone, grid=2, trainable=0, keep_mode=False, blocks=0):
     torch.manual_seed(0)
-    config = ImageEncoderConfig(backbone=backbone, weights="none", image_size=64, grid_size=grid, memory_size=12, trainable_blocks=trainable)
+    config = ImageEncoderConfig(backbone=backbone, weights="none", image_size=64, grid_size=grid, memory_size=12, trainable_blocks=trainable, blocks=blocks)
     encoder = ImageEncoder(config)
     return (encoder if keep_mode else encoder.eval()), Pixels(torch.randn(len(SOURCES), 3, 64, 64))
 
@@ -29,8 +29,10 @@ ENCODERS = {
     "text-bigru": lambda: text_encoder(),
     "text-bilstm-2layers": lambda: text_encoder("lstm", layers=2),
     "text-gru-unidirectional": lambda: text_encoder(bidirectional=False),
+    "text-no-rnn": lambda: text_encoder("none"),
     **{f"image-{name}": (lambda name=name: image_encoder(name)) for name in BACKBONES},
     "image-resnet18-native-grid-fine-tuned": lambda: image_encoder("resnet18", grid=0, trainable=2),
+    "image-efficientnet_lite0-cut-at-stride-16": lambda: image_encoder("efficientnet_lite0", grid=0, blocks=12),
 }
 TEXT = [name for name in ENCODERS if name.startswith("text")]
 
@@ -66,6 +68,13 @@ def test_padding_does_not_change_the_encoding(name):
         torch.testing.assert_close(together.init_state[row], alone.init_state[0], atol=1e-6, rtol=1e-5)
 
 
+def test_without_rnn_a_position_holds_only_its_word():
+    encoder, _ = text_encoder("none")
+    first, second = encoder(pad_sequences([[4, 5, 6]])).memory[0], encoder(pad_sequences([[4, 9, 6]])).memory[0]  # (S, E) each
+    assert torch.equal(first[0], second[0]) and torch.equal(first[2], second[2]) and not torch.equal(first[1], second[1])
+    assert not torch.equal(encoder(pad_sequences([[4, 4]])).memory[0, 0], encoder(pad_sequences([[4, 4]])).memory[0, 1])  # positions differ
+
+
 def test_select_keeps_layout_rows_in_step():
     encoder, source = ENCODERS["text-bigru"]()
     out = encoder(source)
@@ -91,6 +100,8 @@ def test_bad_image_encoder_settings_are_one_message(tmp_path):
         image_encoder("vgg99")
     with pytest.raises(UserError, match="trainable_blocks must be between 0 and"):
         image_encoder("resnet18", trainable=99)
+    with pytest.raises(UserError, match="image_encoder.blocks must be between 0 and"):
+        ImageEncoder(ImageEncoderConfig(backbone="resnet18", weights="none", blocks=99))
     (tmp_path / "bad.pth").write_bytes(b"garbage")
     with pytest.raises(UserError, match="cannot read weights"):
         ImageEncoder(ImageEncoderConfig(backbone="resnet18", weights=str(tmp_path / "bad.pth")))

@@ -57,6 +57,9 @@ def test_hits_return_the_computed_features_and_changes_invalidate(tmp_path, weig
     state["fc.bias"] += 1
     torch.save(state, changed)
     assert FeatureCache(tmp_path / "cache", encoder_identity(_encoder(changed))).folder != again.folder
+    cut = _encoder(weights, blocks=3)  # stem and the first two residual blocks: 64 channels
+    assert FeatureCache(tmp_path / "cache", encoder_identity(cut)).folder != again.folder
+    assert cut.grid_features(torch.zeros(1, 3, 64, 64)).shape == (1, 64, 2, 2)
     Image.new("RGB", (40, 30), (0, 0, 0)).save(photos[0])
     os.utime(photos[0], ns=(1, 1))
     edited = FeatureCache(tmp_path / "cache", encoder_identity(encoder))

@@ -109,10 +109,14 @@ def test_train_refuses_to_overwrite_and_resumes(checkpoint, capsys):
 def test_demo_runs_on_the_embedded_corpus_and_lists_its_outputs(tmp_path, capsys):
     run_dir = tmp_path / "demo"
     argv = ["--config", "tasks/configs/tiny.yaml", "--no-progress", "--set", "train.epochs=1", "--set", f"output_dir={run_dir}"]
-    argv += ["--caption-set", "train.epochs=1", "--caption-set", f"data.feature_cache={tmp_path / 'cache'}"]
+    argv += ["--scenes", "24", "--evaluate", "3", "--scenes-set", "train.epochs=1", "--scenes-set", f"data.feature_cache={tmp_path / 'cache'}"]
+    argv += ["--scenes-set", "image_encoder.blocks=4", "--scenes-set", "image_encoder.memory_size=16", "--scenes-set", "text_encoder.embedding_size=16"]
     assert run_cli(demo.main, argv) == 0
     out = capsys.readouterr().out
-    captioner = ["captioner/best.pt", "captioner/captions.txt", *(f"captioner/caption-attention-{n}.png" for n in range(1, 5))]
-    for name in ["best.pt", "log.jsonl", "translations.txt", "attention.png", "test_scores.json", *captioner]:
+    scenes = ["scenes/best.pt", "scenes/outputs.txt", "scenes/compare/comparison.png", "scenes/compare/report.html", "scenes/compare/statistics.json"]
+    scenes += ["scenes/metrics/metrics.json", "scenes/metrics/distributions.png", "scenes/metrics/example/report.html"]
+    for name in ["best.pt", "log.jsonl", "translations.txt", "attention.png", "test_scores.json", *scenes]:
         assert (run_dir / name).stat().st_size > 0 and str(run_dir / name) in out
+    metrics = json.loads((run_dir / "scenes/metrics/metrics.json").read_text())
+    assert metrics["test"]["scenes"] == 3 and "pointing_hit_rate" in metrics["compositional"]["grounding"]
     assert json.loads((run_dir / "test_scores.json").read_text())["sentences"] == 500

@@ -29,7 +29,6 @@ from attnkit.data.batching import Batch, pad_sequences
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
 from attnkit.data.features import FeatureCache, encoder_identity
 from attnkit.data.images import ImageError, image_tensor, load_image
-from attnkit.decoder import AttentionDecoder
 from attnkit.encoders.image import GridFeatures, ImageEncoder, Pixels
 from attnkit.errors import UserError
 from attnkit.interfaces import EncoderOutput

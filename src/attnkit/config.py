@@ -45,17 +45,18 @@ class TextEncoderConfig:
     embedding_size: int = 256
     hidden_size: int = 256  # per direction; memory size D is 2x this when bidirectional
     num_layers: int = 1
-    rnn: str = "gru"  # gru | lstm
+    rnn: str = "gru"  # gru | lstm | none (memory = embedding + position code: each position holds only its word)
     bidirectional: bool = True
     dropout: float = 0.1  # on embeddings and between layers
 
 
 @dataclass(frozen=True)
 class ImageEncoderConfig:
-    backbone: str = "efficientnet_lite0"  # resnet18|34|50|101, mobilenet_v3_small|large, efficientnet_b0, efficientnet_lite0
+    backbone: str = "efficientnet_lite0"  # resnet18|34|50|101, mobilenet_v3_small|large, efficientnet_b0, efficientnet_lite0, local_cnn (small, from scratch)
     weights: str = "default"  # default: packaged ImageNet weights (efficientnet_lite0), random for others | none | PATH (torchvision state_dict)
     weights_sha256: str = ""  # set by training: the digest of the weights file, so a checkpoint needs neither the file nor the package
     image_size: int = 224  # images are resized to image_size x image_size
+    blocks: int = 0  # keep only the backbone's first N blocks (0: all): an earlier cut gives finer, more local cells
     grid_size: int = 7  # average-pool the feature map to grid_size x grid_size cells (0: keep the backbone's)
     memory_size: int = 512  # project each cell to this size (0: keep the backbone's channels)
     trainable_blocks: int = 0  # fine-tune the last N backbone blocks (0: frozen; then features can be cached)

@@ -34,7 +34,7 @@ FORMAT_VERSION = 1
 def encoder_identity(encoder) -> dict:
     """What decides an image encoder's pooled grid features (``encoder``: an ImageEncoder)."""
     config = encoder.config
-    return {
+    identity = {
         "format": FORMAT_VERSION,
         "backbone": config.backbone,
         "weights_sha256": encoder.weights_digest,
@@ -42,6 +42,9 @@ def encoder_identity(encoder) -> dict:
         "grid_size": config.grid_size,
         "normalization": [list(v) for v in encoder.normalization],
     }
+    if config.blocks:  # a cut backbone; the whole one keeps the key it always had, so existing caches stay valid
+        identity["blocks"] = config.blocks
+    return identity
 
 
 @dataclass

@@ -27,7 +27,24 @@ from attnkit.interfaces import EncoderOutput, Grid
 
 IMAGENET_NORMALIZATION = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 TORCHVISION_BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0")
-BACKBONES = (*TORCHVISION_BACKBONES, "efficientnet_lite0")
+LOCAL_CNN = "local_cnn"
+BACKBONES = (*TORCHVISION_BACKBONES, "efficientnet_lite0", LOCAL_CNN)
+LOCAL_CNN_CHANNELS = (32, 64, 128, 256)
+
+
+def local_cnn() -> nn.Sequential:
+    """Four 3x3 stride-2 convolutions: each output cell sees only 31 x 31 input pixels.
+
+    For training from scratch on synthetic images (``weights: none``, all blocks
+    trainable): a cell holds what is near it and nothing else, so a decoder that needs
+    an object's colour has to attend to that object. ImageNet backbones see the whole
+    image from every cell of their last layer.
+    """
+    blocks, channels = [], 3
+    for width in LOCAL_CNN_CHANNELS:
+        blocks.append(nn.Sequential(nn.Conv2d(channels, width, 3, stride=2, padding=1), nn.ReLU(inplace=True)))
+        channels = width
+    return nn.Sequential(*blocks)
 
 
 @dataclass(frozen=True)
@@ -73,6 +90,10 @@ def build_backbone(name: str, weights: str = "default") -> Backbone:
     if name not in BACKBONES:
         raise UserError(f"unknown image backbone '{name}'; choose one of {', '.join(BACKBONES)}")
     path = _weights_path(name, weights)
+    if name == LOCAL_CNN:
+        network = local_cnn()
+        _load(network, path)
+        return Backbone(network, LOCAL_CNN_CHANNELS[-1], IMAGENET_NORMALIZATION, str(path or "none"))
     if name == "efficientnet_lite0":
         network = efficientnet_lite.EfficientNetLite0()
         _load(network, path)
@@ -129,6 +150,11 @@ def _load(network: nn.Module, path: Path | None) -> None:
         raise UserError(f"{path} does not hold weights of this backbone ({first})") from None
 
 
+def _output_channels(blocks: nn.Sequential) -> int:
+    with torch.no_grad():
+        return blocks.eval()(torch.zeros(1, 3, 64, 64)).shape[1]
+
+
 class ImageEncoder(nn.Module):
     def __init__(self, config: ImageEncoderConfig, load_weights: bool = True):
         """``load_weights=False`` builds the network only (the weights come from a checkpoint next)."""
@@ -137,8 +163,13 @@ class ImageEncoder(nn.Module):
         self.config = config
         # Channels-last convolutions run about twice as fast on CPU (EfficientNet-Lite0 at 224 px
         # on 2 cores: 35 vs 18 images/s) and suit tensor cores on GPU.
-        self.backbone = backbone.blocks.to(memory_format=torch.channels_last)
-        self.channels = backbone.channels
+        kept = backbone.blocks
+        if not 0 <= config.blocks <= len(kept):
+            raise UserError(f"image_encoder.blocks must be between 0 and {len(kept)} for {config.backbone}, got {config.blocks}")
+        if config.blocks:
+            kept = kept[: config.blocks]
+        self.backbone = kept.to(memory_format=torch.channels_last)
+        self.channels = _output_channels(self.backbone) if config.blocks else backbone.channels
         self.normalization = backbone.normalization
         self.weights_source = backbone.weights  # the file the backbone was loaded from, or "none"
         blocks = len(self.backbone)

@@ -1,0 +1,149 @@
+"""Grounding on generated scenes: one decoder for captioning and translation, against separate decoders.
+
+Run from the project root::
+
+    python bench/scenes.py            # full: tasks/configs/scenes_multitask.yaml, <= 30 min for the joint model
+    python bench/scenes.py --quick    # the same steps on 400 training scenes, a minute per model (a smoke check)
+
+1. Writes the training and validation scenes (``attnkit.data.scenes``, seed ``--seed``)
+   into the run folder; the frozen backbone's grid features are cached (``cache/features``).
+2. Trains the joint model: an image encoder and a text encoder sharing one decoder,
+   target embeddings and output layer, batches of both tasks mixed
+   (``train.max_minutes`` = ``--minutes``).
+3. Trains the same recipe twice more with one task each (``train.caption_share`` 1 and
+   0): separate decoders, each for the joint model's number of epochs, so every
+   decoder sees its task's data as often as the shared one did.
+4. Evaluates both set-ups on ``--scenes`` held-out scenes of the in-distribution test
+   split and of the compositional split (colour-shape pairs never seen in training),
+   as ``tasks/compare.py --scenes`` does: caption BLEU-4 and exact match, translation
+   BLEU and exact match, pointing-game hit rate and in-box attention mass over the
+   words that name an object, AER of the text attention against the gold alignments.
+
+Targets from the issue, for the joint model on the in-distribution split: pointing
+game >= 90 %, AER <= 0.15, caption BLEU-4 >= 90; ``met`` requires all three. The
+compositional split has no target. Human-readable lines first; the LAST line of
+stdout is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from attnkit.captioning import Captioner
+from attnkit.comparison import AttentionComparer, evaluate_scenes
+from attnkit.config import load_config
+from attnkit.data.scenes import generate_scenes, write_scene_dataset
+from attnkit.errors import run_cli
+from attnkit.multitask import train_multitask
+from attnkit.translation import Translator, count_parameters
+from machine import busy_cores, print_result
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGETS = {"pointing_hit_rate": 90.0, "aer": 0.15, "caption_bleu4": 90.0}
+FULL = {"train": 4000, "valid": 300, "scenes": 500, "minutes": 30.0}
+QUICK = {"train": 400, "valid": 50, "scenes": 50, "minutes": 1.0}
+EVALUATED_SPLITS = ("test", "compositional")
+SEPARATE = {"caption_only": 1.0, "translation_only": 0.0}  # train.caption_share of each single-task model
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=str(ROOT / "tasks/configs/scenes_multitask.yaml"))
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override (every model)")
+    parser.add_argument("--minutes", type=float, default=None, help=f"training budget of the joint model (default {FULL['minutes']:g}, quick {QUICK['minutes']:g})")
+    parser.add_argument("--scenes", type=int, default=None, help=f"held-out scenes per evaluated split (default {FULL['scenes']}, quick {QUICK['scenes']})")
+    parser.add_argument("--seed", type=int, default=0, help="seed of every generated scene")
+    parser.add_argument("--no-separate", action="store_true", help="train and evaluate the joint model only")
+    parser.add_argument("--out", default="", help="run folder (default runs/bench-scenes, or runs/bench-scenes-quick)")
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK['train']} training scenes, {QUICK['minutes']:g} minute per model, {QUICK['scenes']} scenes per split")
+    parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_args_parser().parse_args(argv)
+    mode = "quick" if args.quick else "full"
+    sizes = QUICK if args.quick else FULL
+    minutes = args.minutes if args.minutes is not None else sizes["minutes"]
+    evaluated = args.scenes if args.scenes is not None else sizes["scenes"]
+    busy_before = busy_cores()
+    out = Path(args.out or ROOT / "runs" / f"bench-scenes{'-quick' if args.quick else ''}")
+    data = write_scene_dataset(out / "data", {"train": sizes["train"], "valid": sizes["valid"]}, seed=args.seed)
+    print(f"scenes ({mode}): {sizes['train']} training and {sizes['valid']} validation scenes in {data}")
+    base = [f"data.path={data / 'captions'}", f"data.text_path={data / 'text'}"]
+
+    def train(name: str, overrides: list[str]) -> tuple[Path, dict]:
+        config = load_config(args.config, [*base, f"output_dir={out / name}", *overrides, *args.overrides])  # the user's --set last
+        print(f"training '{name}' into {out / name} (a previous run there is replaced)")
+        progress = train_multitask(config, overwrite=True, progress_bar=not args.no_progress)
+        facts = {"train_minutes": round(progress.seconds / 60, 2), "epochs": progress.epoch, "stop_reason": progress.stop_reason or "all epochs"}
+        return out / name / "best.pt", facts
+
+    joint_checkpoint, joint_training = train("joint", [f"train.max_minutes={minutes}"])
+    setups = {"shared": AttentionComparer(Captioner.from_checkpoint(joint_checkpoint), Translator.from_checkpoint(joint_checkpoint))}
+    training = {"shared": joint_training}
+    if not args.no_separate:
+        checkpoints = {}
+        for name, share in SEPARATE.items():
+            # as many epochs as the joint model trained; the time cap only guards against a slow machine
+            same_epochs = [f"train.caption_share={share}", f"train.epochs={joint_training['epochs']}", "train.patience=0", f"train.max_minutes={minutes}"]
+            checkpoints[name], training[name] = train(name, same_epochs)
+        setups["separate"] = AttentionComparer(Captioner.from_checkpoint(checkpoints["caption_only"]), Translator.from_checkpoint(checkpoints["translation_only"]))
+    parameters = {"shared": count_parameters(setups["shared"].captioner.model)}
+    if "separate" in setups:
+        parameters["separate"] = count_parameters(setups["separate"].captioner.model) + count_parameters(setups["separate"].translator.model)
+
+    results: dict[str, dict] = {}
+    for setup, comparer in setups.items():
+        results[setup] = {}
+        for split in EVALUATED_SPLITS:
+            began = time.perf_counter()
+            metrics = evaluate_scenes(comparer, generate_scenes(evaluated, args.seed, split))
+            metrics.pop("distributions")
+            metrics["evaluate_seconds"] = round(time.perf_counter() - began, 1)
+            results[setup][split] = metrics
+            grounding = metrics["grounding"]
+            print(
+                f"{setup} decoder, {split}: caption BLEU-4 {metrics['captioning']['bleu4']} (exact {metrics['captioning']['exact_match']}%), "
+                f"translation BLEU {metrics['translation']['bleu']} (exact {metrics['translation']['exact_match']}%), "
+                f"pointing {grounding['pointing_hit_rate']}%, in-box mass {grounding['in_box_mass']}, AER {grounding['aer']}"
+            )
+
+    joint = results["shared"]["test"]
+    reached = {
+        "pointing_hit_rate": joint["grounding"]["pointing_hit_rate"],
+        "aer": joint["grounding"]["aer"],
+        "caption_bleu4": joint["captioning"]["bleu4"],
+    }
+    checks = {
+        "pointing_hit_rate": reached["pointing_hit_rate"] >= TARGETS["pointing_hit_rate"],
+        "aer": reached["aer"] <= TARGETS["aer"],
+        "caption_bleu4": reached["caption_bleu4"] >= TARGETS["caption_bleu4"],
+    }
+    met = all(checks.values())
+    for name, ok in checks.items():
+        print(f"target {name}: {reached[name]} ({'met' if ok else 'NOT met'}; target {'<=' if name == 'aer' else '>='} {TARGETS[name]})")
+    result = {
+        "benchmark": "scenes",
+        "mode": mode,
+        "scenes_per_split": evaluated,
+        "train_scenes": sizes["train"],
+        "targets": TARGETS,
+        "reached": reached,
+        "met": met,
+        "results": results,
+        "training": training,
+        "parameters": parameters,
+        "config": str(Path(args.config).relative_to(ROOT)) if Path(args.config).is_relative_to(ROOT) else args.config,
+        "overrides": args.overrides,
+        "seed": args.seed,
+        "run_dir": str(out),
+    }
+    return print_result(result, busy_before)
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
