@@ -113,10 +113,10 @@ def test_demo_runs_on_the_embedded_corpus_and_lists_its_outputs(tmp_path, capsys
     argv += ["--scenes-set", "image_encoder.blocks=4", "--scenes-set", "image_encoder.memory_size=16", "--scenes-set", "text_encoder.embedding_size=16"]
     assert run_cli(demo.main, argv) == 0
     out = capsys.readouterr().out
-    scenes = ["scenes/best.pt", "scenes/outputs.txt", "scenes/compare/comparison.png", "scenes/compare/report.html", "scenes/compare/statistics.json"]
-    scenes += ["scenes/metrics/metrics.json", "scenes/metrics/distributions.png", "scenes/metrics/example/report.html"]
+    scenes = ["scenes/best.pt", "scenes/outputs.txt", "scenes/compare/metrics.json", "scenes/compare/distributions.png"]
+    scenes += [f"scenes/compare/example/{name}" for name in ("comparison.png", "report.html", "statistics.json")]
     for name in ["best.pt", "log.jsonl", "translations.txt", "attention.png", "test_scores.json", *scenes]:
         assert (run_dir / name).stat().st_size > 0 and str(run_dir / name) in out
-    metrics = json.loads((run_dir / "scenes/metrics/metrics.json").read_text())
+    metrics = json.loads((run_dir / "scenes/compare/metrics.json").read_text())
     assert metrics["test"]["scenes"] == 3 and "pointing_hit_rate" in metrics["compositional"]["grounding"]
     assert json.loads((run_dir / "test_scores.json").read_text())["sentences"] == 500

@@ -122,7 +122,7 @@ def train_multitask(
         caption = caption_validation(trained, captions, config, valid_items, root, cache) if share > 0 else {}
         translation = translation_validation(trained, text, config, valid_pairs) if share < 1 else {}
         scores = [s for s in (caption.get("bleu4"), translation.get("bleu")) if s is not None]
-        return {**{f"caption_{k}": v for k, v in caption.items()}, **translation, "score": sum(scores) / len(scores)}
+        return {**{f"caption_{k}": v for k, v in caption.items()}, **translation, "score": round(sum(scores) / len(scores), 2)}
 
     trainer = Trainer(
         model,
