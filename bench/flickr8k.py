@@ -33,7 +33,7 @@ from attnkit.config import load_config
 from attnkit.data.captions import image_root, read_caption_split, write_caption_dataset
 from attnkit.errors import run_cli
 from attnkit.translation import count_parameters
-from machine import busy_cores, print_result
+from machine import busy_cores, print_result, project_path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         "attention_minus_none_bleu4_nltk_beam5": round(margin, 2),
         "min_margin": MIN_MARGIN,
         "models": results,
-        "config": str(Path(args.config).relative_to(ROOT)) if Path(args.config).is_relative_to(ROOT) else args.config,
+        "config": project_path(args.config),
         "overrides": args.overrides,
         "run_dir": str(out),
     }

@@ -68,6 +68,12 @@ def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def project_path(path: str) -> str:
+    """``path`` relative to the project root when it lies inside it (run-independent), else as given."""
+    root = Path(__file__).resolve().parents[1]
+    return str(Path(path).relative_to(root)) if Path(path).is_relative_to(root) else path
+
+
 def print_result(result: dict, busy_before: float | None) -> int:
     """The benchmark's last line: its figures plus the load before it started, the machine and the date."""
     print(json.dumps({**result, "busy_cores_before": busy_before, "machine": machine_info(), "date": utc_now()}))

@@ -39,7 +39,7 @@ from attnkit.data.scenes import generate_scenes, write_scene_dataset
 from attnkit.errors import run_cli
 from attnkit.multitask import train_multitask
 from attnkit.translation import Translator, count_parameters
-from machine import busy_cores, print_result
+from machine import busy_cores, print_result, project_path
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"pointing_hit_rate": 90.0, "aer": 0.15, "caption_bleu4": 90.0}
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "training": training,
         "parameters": parameters,
-        "config": str(Path(args.config).relative_to(ROOT)) if Path(args.config).is_relative_to(ROOT) else args.config,
+        "config": project_path(args.config),
         "overrides": args.overrides,
         "seed": args.seed,
         "run_dir": str(out),

@@ -116,11 +116,12 @@ def scene_tour(args: argparse.Namespace, run_dir: Path) -> list[tuple[Path, str]
 
     shown = generate_scenes(SCENES_SHOWN, seed=0, split="test")
     print(f"\n5/6 captioning {len(shown)} held-out scenes and translating their French descriptions with the same checkpoint")
-    captions = comparer.captioner.caption([scene.image() for scene in shown])
+    images = [scene.image() for scene in shown]
+    captions = comparer.captioner.caption(images)
     translations = comparer.translator.translate([scene.sentences[0].french_text for scene in shown])
     lines = []
-    for number, (scene, (caption, *_), (translation, *_)) in enumerate(zip(shown, captions, translations)):
-        scene.image().save(scenes_dir / f"scene-{number}.png")
+    for number, (scene, image, (caption, *_), (translation, *_)) in enumerate(zip(shown, images, captions, translations)):
+        image.save(scenes_dir / f"scene-{number}.png")
         lines += [f"scene-{number}.png", f"  caption:     {caption.text}", f"  fr:          {scene.sentences[0].french_text}", f"  translation: {translation.text}", ""]
     print("\n".join(lines))
     outputs_txt = write_text_atomic(scenes_dir / "outputs.txt", "\n".join(lines))

@@ -27,6 +27,7 @@ from nltk.translate.metrics import alignment_error_rate
 from torch import Tensor
 
 from attnkit.interfaces import EncoderOutput
+from attnkit.vocab import Vocabulary
 
 
 # -- statistics of any attention -----------------------------------------------------------------------
@@ -117,14 +118,20 @@ def _overlap_share(cells: Tensor, box: Sequence[float]) -> Tensor:
 
 def pointing_hit(weights: Tensor, grid: tuple[int, int], image_size: tuple[int, int], box: Sequence[float]) -> bool:
     """Does the peak cell of one step's weights (L,) overlap the box? (The pointing game at the grid's resolution.)"""
-    cells = cell_boxes(grid, image_size)
-    return bool(_overlap_share(cells, box)[int(weights.float().argmax())] > 0)
+    return _hit(weights, _overlap_share(cell_boxes(grid, image_size), box))
 
 
 def mass_in_box(weights: Tensor, grid: tuple[int, int], image_size: tuple[int, int], box: Sequence[float]) -> float:
     """Attention inside the box: each cell's weight times the share of the cell the box covers."""
-    cells = cell_boxes(grid, image_size)
-    return float((weights.float() * _overlap_share(cells, box)).sum())
+    return _mass(weights, _overlap_share(cell_boxes(grid, image_size), box))
+
+
+def _hit(weights: Tensor, share: Tensor) -> bool:
+    return bool(share[int(weights.float().argmax())] > 0)
+
+
+def _mass(weights: Tensor, share: Tensor) -> float:
+    return float((weights.float() * share).sum())
 
 
 @dataclass(frozen=True)
@@ -149,14 +156,16 @@ def image_grounding(
     attention: Tensor, referents: Sequence[int | None], boxes: Sequence[Sequence[float]], grid: tuple[int, int], image_size: tuple[int, int]
 ) -> ImageGrounding:
     """Pointing game and in-box mass over the words that name an object: ``attention`` (T, L) row t is word t."""
+    cells = cell_boxes(grid, image_size)  # (L, 4), once for every word
     words = hits = 0
     mass = 0.0
     for step, referent in enumerate(referents):
         if referent is None or step >= attention.shape[0]:
             continue
+        share = _overlap_share(cells, boxes[referent])  # (L,)
         words += 1
-        hits += pointing_hit(attention[step], grid, image_size, boxes[referent])
-        mass += mass_in_box(attention[step], grid, image_size, boxes[referent])
+        hits += _hit(attention[step], share)
+        mass += _mass(attention[step], share)
     return ImageGrounding(words, hits, mass)
 
 
@@ -234,5 +243,5 @@ def forced_attention(decoder, encoded: EncoderOutput, targets: Tensor) -> list[T
     attention for the same words in both modalities.
     """
     output = decoder(encoded, targets[:, :-1])  # attention (B, T, L)
-    steps = (targets[:, 1:] != 0).sum(1)  # (B,) real target tokens, <eos> included
+    steps = (targets[:, 1:] != Vocabulary.pad_index).sum(1)  # (B,) real target tokens, <eos> included
     return [output.attention[i, : int(steps[i])][:, encoded.mask[i]].float().cpu() for i in range(targets.shape[0])]

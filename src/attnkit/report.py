@@ -16,7 +16,7 @@ from pathlib import Path
 
 from attnkit.comparison import Comparison
 from attnkit.files import write_text_atomic
-from attnkit.viz import overlay
+from attnkit.viz import overlays
 
 
 def _png_data_url(image) -> str:
@@ -71,12 +71,13 @@ show(0);
 def write_report(path: str | Path, image, comparison: Comparison, statistics: dict, title: str = "attnkit: attention over an image and over a sentence") -> Path:
     """Write the report for ``comparison`` (``statistics`` as :meth:`Comparison.statistics` gives them)."""
     steps = []
+    maps = overlays(image, comparison.image_attention, comparison.grid)
     for t, word in enumerate(comparison.target_words):
         per_word = statistics["per_word"][t]
         steps.append(
             {
                 "word": word,
-                "map": _png_data_url(overlay(image, comparison.image_attention[t], comparison.grid).resize((320, 320))),
+                "map": _png_data_url(maps[t].resize((320, 320))),
                 "weights": [round(float(w), 4) for w in comparison.text_attention[t]],
                 "image": per_word["image"],
                 "text": per_word["text"],

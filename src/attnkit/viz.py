@@ -84,15 +84,18 @@ def save_figure(figure, path: str | Path) -> Path:
     return Path(path)
 
 
-def overlay(image, weights: Tensor, grid: tuple[int, int], alpha: float = 0.5):
-    """A PIL image: ``image`` with one attention map (L,) over its (h, w) grid upsampled and blended in."""
+def overlays(image, attention: Tensor, grid: tuple[int, int], alpha: float = 0.5) -> list:
+    """PIL images, one per row of ``attention`` (T, L): ``image`` with that row's map over its (h, w) grid
+    upsampled and blended in."""
     import numpy as np
     from PIL import Image
 
     pixels = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0  # (H, W, 3)
-    heat = attention_maps(weights.view(1, -1), grid, pixels.shape[:2])[0].numpy()  # (H, W)
-    colours = matplotlib.colormaps["jet"](heat / max(float(heat.max()), 1e-8))[..., :3]  # (H, W, 3)
-    return Image.fromarray(((1 - alpha) * pixels * 255 + alpha * colours * 255).clip(0, 255).astype(np.uint8))
+    blended = []
+    for heat in attention_maps(attention, grid, pixels.shape[:2]).numpy():  # (H, W) per step
+        colours = matplotlib.colormaps["jet"](heat / max(float(heat.max()), 1e-8))[..., :3]  # (H, W, 3)
+        blended.append(Image.fromarray(((1 - alpha) * pixels * 255 + alpha * colours * 255).clip(0, 255).astype(np.uint8)))
+    return blended
 
 
 def plot_cross_modal(image, comparison, path: str | Path, title: str = "", columns: int = 6) -> Path:
@@ -107,13 +110,14 @@ def plot_cross_modal(image, comparison, path: str | Path, title: str = "", colum
         2 * blocks, columns, figsize=(2.1 * columns, 4.2 * blocks), squeeze=False, gridspec_kw={"height_ratios": [2.0, 1.4] * blocks}
     )
     text_weights = comparison.text_attention.float().numpy()
+    pictures = overlays(image, comparison.image_attention, comparison.grid)
     for t in range(blocks * columns):
         picture, bars = axes[2 * (t // columns), t % columns], axes[2 * (t // columns) + 1, t % columns]
         picture.axis("off")
         if t >= len(words):
             bars.axis("off")
             continue
-        picture.imshow(overlay(image, comparison.image_attention[t], comparison.grid))
+        picture.imshow(pictures[t])
         picture.set_title(words[t], fontsize=11)
         bars.bar(range(len(sources)), text_weights[t], color="tab:blue")
         bars.set_ylim(0, 1)
