@@ -76,6 +76,27 @@ def test_time_budget_stops_before_an_epoch_that_would_overrun(toy_data, tmp_path
     assert saved["stop_reason"] == "time budget" and saved["seconds"] == pytest.approx(log[0]["epoch_seconds"], abs=0.01)
 
 
+def test_a_tied_validation_score_keeps_the_later_checkpoint_but_counts_towards_early_stopping(toy_data, tmp_path):
+    from attnkit.data.text import collate_pairs
+    from attnkit.model import Seq2SeqObjective, build_translation_model
+    from attnkit.train import CheckpointContents, Trainer
+    from attnkit.translation import TextPipeline
+
+    config = toy_config(toy_data, tmp_path, "train.epochs=5", "train.patience=2")
+    pairs = read_parallel(toy_data, "train", "src", "tgt")[:64]
+    pipeline = TextPipeline.build(config, pairs, "src", "tgt")
+    model = build_translation_model(config, pipeline.source_vocab, pipeline.target_vocab)
+    trainer = Trainer(
+        model, Seq2SeqObjective(), pipeline.encode_pairs(pairs, 50, 50), collate_pairs, lambda m: {"score": 100.0},
+        config.train, tmp_path, CheckpointContents("translation", {}, {}), progress_bar=False, log=lambda _: None,
+    )  # fmt: skip
+    progress = trainer.fit()
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["best"] for r in log] == [True, True, True]  # every epoch ties the first
+    assert progress.stop_reason == "early stopping"  # ... but no tie is an improvement
+    assert load_checkpoint(tmp_path / "best.pt").training["progress"]["epoch"] == 3
+
+
 def test_bf16_autocast_trains_on_cpu(toy_data, tmp_path):
     config = toy_config(toy_data, tmp_path, "train.epochs=1", "train.precision=bf16", "train.valid_max_examples=10")
     train_translation(config, progress_bar=False, log=lambda _: None)

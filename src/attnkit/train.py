@@ -294,13 +294,16 @@ class Trainer:
             record["valid"] = metrics
             self.scheduler.step(score)
             improved = score > self.progress.best_score
-            record["best"] = improved
+            # A tie keeps the later checkpoint (it has trained longer and validates no worse: a task that
+            # saturates its metric early would otherwise keep its first perfect epoch), but only a real
+            # improvement resets the early-stopping count.
+            kept = score >= self.progress.best_score
+            record["best"] = kept
             progress = self.progress
             progress.epoch = record["epoch"]
-            if improved:
-                progress.best_score, progress.bad_epochs = score, 0
-            else:
-                progress.bad_epochs += 1
+            if kept:
+                progress.best_score = score
+            progress.bad_epochs = 0 if improved else progress.bad_epochs + 1
             epoch_seconds = time.perf_counter() - started
             progress.seconds += epoch_seconds
             record["epoch_seconds"] = round(epoch_seconds, 2)
@@ -313,13 +316,13 @@ class Trainer:
                 record["stop"] = progress.stop_reason
             checkpoint = self.checkpoint()
             save_checkpoint(self.run_dir / "last.pt", checkpoint)
-            if improved:
+            if kept:
                 save_checkpoint(self.run_dir / "best.pt", checkpoint)
             self.log(
                 f"epoch {record['epoch']}: loss {record['train_loss']:.3f}, "
                 f"{record['train_tokens_per_s']:.0f} tok/s, valid "
                 + ", ".join(f"{k} {v}" for k, v in metrics.items() if isinstance(v, (int, float)))
-                + (" (best)" if improved else "")
+                + (" (best)" if kept else "")
                 + (f"; stopping ({progress.stop_reason})" if progress.stop_reason else "")
             )
         if self.distributed.enabled:
