@@ -4,6 +4,7 @@ Run from the project root::
 
     python bench/scenes.py            # full: tasks/configs/scenes_multitask.yaml, <= 30 min for the joint model
     python bench/scenes.py --quick    # the same steps on 400 training scenes, a minute per model (a smoke check)
+    python bench/scenes.py --evaluate-only   # step 4 again on the checkpoints of an earlier run in --out
 
 1. Writes the training and validation scenes (``attnkit.data.scenes``, seed ``--seed``)
    into the run folder; the frozen backbone's grid features are cached (``cache/features``).
@@ -33,11 +34,13 @@ import time
 from pathlib import Path
 
 from attnkit.captioning import Captioner
+from attnkit.checkpoint import load_checkpoint
 from attnkit.comparison import AttentionComparer, evaluate_scenes
 from attnkit.config import load_config
 from attnkit.data.scenes import generate_scenes, write_scene_dataset
-from attnkit.errors import run_cli
+from attnkit.errors import UserError, run_cli
 from attnkit.multitask import train_multitask
+from attnkit.train import TrainingProgress
 from attnkit.translation import Translator, count_parameters
 from machine import busy_cores, print_result, project_path
 
@@ -59,6 +62,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-separate", action="store_true", help="train and evaluate the joint model only")
     parser.add_argument("--out", default="", help="run folder (default runs/bench-scenes, or runs/bench-scenes-quick)")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK['train']} training scenes, {QUICK['minutes']:g} minute per model, {QUICK['scenes']} scenes per split")
+    parser.add_argument("--evaluate-only", action="store_true", help="skip training: evaluate the checkpoints an earlier run left in the run folder")
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -71,14 +75,22 @@ def main(argv: list[str] | None = None) -> int:
     evaluated = args.scenes if args.scenes is not None else sizes["scenes"]
     busy_before = busy_cores()
     out = Path(args.out or ROOT / "runs" / f"bench-scenes{'-quick' if args.quick else ''}")
-    data = write_scene_dataset(out / "data", {"train": sizes["train"], "valid": sizes["valid"]}, seed=args.seed)
-    print(f"scenes ({mode}): {sizes['train']} training and {sizes['valid']} validation scenes in {data}")
+    data = out / "data"
+    if not args.evaluate_only:
+        write_scene_dataset(data, {"train": sizes["train"], "valid": sizes["valid"]}, seed=args.seed)
+        print(f"scenes ({mode}): {sizes['train']} training and {sizes['valid']} validation scenes in {data}")
     base = [f"data.path={data / 'captions'}", f"data.text_path={data / 'text'}"]
 
     def train(name: str, overrides: list[str]) -> tuple[Path, dict]:
-        config = load_config(args.config, [*base, f"output_dir={out / name}", *overrides, *args.overrides])  # the user's --set last
-        print(f"training '{name}' into {out / name} (a previous run there is replaced)")
-        progress = train_multitask(config, overwrite=True, progress_bar=not args.no_progress)
+        if args.evaluate_only:
+            last = out / name / "last.pt"
+            if not last.is_file():
+                raise UserError(f"--evaluate-only: no earlier run in {out / name} (train first, or give its --out)")
+            progress = TrainingProgress(**load_checkpoint(last).training["progress"])
+        else:
+            config = load_config(args.config, [*base, f"output_dir={out / name}", *overrides, *args.overrides])  # the user's --set last
+            print(f"training '{name}' into {out / name} (a previous run there is replaced)")
+            progress = train_multitask(config, overwrite=True, progress_bar=not args.no_progress)
         facts = {"train_minutes": round(progress.seconds / 60, 2), "epochs": progress.epoch, "stop_reason": progress.stop_reason or "all epochs"}
         return out / name / "best.pt", facts
 
@@ -139,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         "parameters": parameters,
         "config": project_path(args.config),
         "overrides": args.overrides,
+        "evaluate_only": args.evaluate_only,
         "seed": args.seed,
         "run_dir": str(out),
     }

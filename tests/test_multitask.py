@@ -106,6 +106,9 @@ def test_joint_training_then_caption_translate_evaluate_and_compare(scenes, tmp_
     for split in ("test", "compositional"):
         assert 0 <= metrics[split]["grounding"]["pointing_hit_rate"] <= 100
         assert 0 <= metrics[split]["grounding"]["aer"] <= 1
+        grounding = metrics[split]["grounding"]
+        assert set(grounding["pointing_hit_rate_by_word_kind"]) <= {"size", "colour", "shape"}
+        assert sum(grounding["words_by_word_kind"].values()) == grounding["text_words"]
     assert (scenes_out / "distributions.png").is_file() and (scenes_out / "example" / "report.html").is_file()
 
 

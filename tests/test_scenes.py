@@ -11,6 +11,7 @@ from attnkit.data.scenes import (
     generate_scenes,
     read_scene_split,
     relation,
+    word_kind,
     write_scene_dataset,
 )
 from attnkit.data.text import read_parallel
@@ -45,10 +46,11 @@ def test_every_referring_word_names_an_object_with_that_attribute():
             for word, referent in zip(sentence.english, sentence.referents):
                 if word in SHAPES or word in COLOURS or word in SIZES:
                     assert referent is not None, (word, sentence.english_text)
+                    assert word_kind(word) in ("shape", "colour", "size")
                     named = scene.objects[referent]
                     assert word in (named.shape, named.colour, named.size)
                 else:
-                    assert referent is None
+                    assert referent is None and word_kind(word) == word
             mentioned = {r for r in sentence.referents if r is not None}
             assert mentioned == set(range(len(scene.objects)))  # every object is described
 

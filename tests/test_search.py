@@ -2,6 +2,8 @@ import pytest
 import torch
 
 from attnkit.data.batching import pad_sequences
+from attnkit.decoder import StepOutput
+from attnkit.interfaces import EncoderOutput, Tokens
 from attnkit.search import beam_search, greedy_search, length_penalty
 from attnkit.vocab import Vocabulary
 from conftest import tiny_model
@@ -90,3 +92,44 @@ def test_n_best_is_sorted_and_attention_rows_sum_to_one(vocab):
 def test_length_penalty_follows_gnmt():
     assert length_penalty(1, 0.0) == 1.0
     assert length_penalty(7, 1.0) == pytest.approx(2.0)
+
+
+class _StepCount:
+    """A decoder state that only counts the steps each row has taken."""
+
+    def __init__(self, steps):
+        self.steps = steps  # (rows,)
+
+    def expand_beams(self, beams):
+        return _StepCount(self.steps.repeat_interleave(beams))
+
+    def select_beams(self, rows, sources):
+        return _StepCount(self.steps[rows])
+
+
+class _SureOfFiveWords:
+    """An overconfident model: word 4 is near certain for five steps, then <eos>; an early <eos> costs 9 nats, any other word 20."""
+
+    vocab = 6
+
+    def init_state(self, encoded):
+        return _StepCount(torch.zeros(encoded.batch_size, dtype=torch.long))
+
+    def step(self, previous, state):
+        rows = state.steps.shape[0]
+        logits = torch.full((rows, self.vocab), -20.0)
+        five = state.steps >= 5  # (rows,)
+        logits[:, 4] = torch.where(five, -9.0, 0.0)
+        logits[:, EOS] = torch.where(five, 0.0, -9.0)
+        return StepOutput(logits, torch.full((rows, 2), 0.5), _StepCount(state.steps + 1))
+
+
+@pytest.mark.parametrize("n_best", [1, 3])
+def test_early_unlikely_endings_do_not_stop_the_search_before_the_best_hypothesis_ends(n_best):
+    # Each early <eos> ranks second behind the near-certain word, so the beam holds 3 finished
+    # (bad) hypotheses after 3 steps; stopping there would return a score of about -9.
+    encoded = EncoderOutput(torch.zeros(1, 2, 4), torch.ones(1, 2, dtype=torch.bool), torch.zeros(1, 4), Tokens(torch.tensor([2])))
+    (hypotheses,) = beam_search(_SureOfFiveWords(), encoded, BOS, EOS, beam_size=3, max_length=20, alpha=0.0, n_best=n_best)
+    assert hypotheses[0].tokens == [4] * 5 and hypotheses[0].finished
+    assert hypotheses[0].log_prob > -0.01
+    assert [h.score for h in hypotheses] == sorted((h.score for h in hypotheses), reverse=True)

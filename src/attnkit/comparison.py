@@ -23,7 +23,7 @@ from attnkit.analysis import ImageGrounding, TextGrounding, forced_attention, im
 from attnkit.captioning import Captioner, ImageInput
 from attnkit.checkpoint import load_checkpoint
 from attnkit.data.batching import pad_sequences
-from attnkit.data.scenes import Scene
+from attnkit.data.scenes import Scene, word_kind
 from attnkit.errors import UserError
 from attnkit.metrics import caption_scores, translation_scores
 from attnkit.translation import Translator
@@ -149,6 +149,8 @@ def evaluate_scenes(comparer: AttentionComparer, scenes: Sequence[Scene], beam_s
     exact_translations = sum(t.words == target_tokenize(ref) for t, (_, ref) in zip(translations, pairs))
 
     image_score, text_score = ImageGrounding(0, 0, 0.0), TextGrounding(frozenset(), frozenset(), frozenset(), 0, 0)
+    image_by_kind: dict[str, ImageGrounding] = {}
+    text_by_kind: dict[str, TextGrounding] = {}
     image_entropy, text_entropy, image_peak, text_peak = [], [], [], []
     for start in range(0, len(scenes), batch_size):
         chunk = scenes[start : start + batch_size]
@@ -159,6 +161,17 @@ def evaluate_scenes(comparer: AttentionComparer, scenes: Sequence[Scene], beam_s
             boxes = [item.box for item in scene.objects]
             image_score += image_grounding(comparison.image_attention, sentence.referents, boxes, comparison.grid, (scene.size, scene.size))
             text_score += text_grounding(comparison.text_attention, sentence.sure, sentence.possible, words, sentence=number)
+            # The same scores over one kind of word at a time ("a", "of", size, colour, shape ...).
+            kinds = [word_kind(word) for word in sentence.english]
+            for kind in set(kinds):
+                referents = [r if k == kind else None for r, k in zip(sentence.referents, kinds)]
+                if any(r is not None for r in referents):
+                    scored = image_grounding(comparison.image_attention, referents, boxes, comparison.grid, (scene.size, scene.size))
+                    image_by_kind[kind] = image_by_kind.get(kind, ImageGrounding(0, 0, 0.0)) + scored
+                sure, possible = ([(f, e) for f, e in links if kinds[e] == kind] for links in (sentence.sure, sentence.possible))
+                if possible:
+                    scored = text_grounding(comparison.text_attention, sure, possible, words, sentence=number)
+                    text_by_kind[kind] = text_by_kind.get(kind, TextGrounding(frozenset(), frozenset(), frozenset(), 0, 0)) + scored
             image_summary, text_summary = summarise(comparison.image_attention[:words]), summarise(comparison.text_attention[:words])
             image_entropy += image_summary.normalised_entropy
             text_entropy += text_summary.normalised_entropy
@@ -188,6 +201,9 @@ def evaluate_scenes(comparer: AttentionComparer, scenes: Sequence[Scene], beam_s
             "text_words": text_score.words,
             "aer": round(text_score.aer, 4),
             "text_peak_on_aligned": round(100 * text_score.peak_on_aligned_rate, 2),
+            "pointing_hit_rate_by_word_kind": {kind: round(100 * score.hit_rate, 2) for kind, score in sorted(image_by_kind.items())},
+            "text_peak_on_aligned_by_word_kind": {kind: round(100 * score.peak_on_aligned_rate, 2) for kind, score in sorted(text_by_kind.items())},
+            "words_by_word_kind": {kind: score.words for kind, score in sorted(text_by_kind.items())},
         },
         "attention": {
             "image": {"normalised_entropy": mean(image_entropy), "peak": mean(image_peak)},

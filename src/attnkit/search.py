@@ -112,8 +112,13 @@ def beam_search(
 
     Each step ranks the 2K best continuations of every sentence: those that end
     in <eos> within the first K ranks are finished, the K best others live on. A
-    sentence stops once it has K finished hypotheses or reaches its length limit,
-    and leaves the batch so later steps cost less.
+    sentence stops once its ``n_best`` best finished hypotheses all score at least
+    as well as its best live one (or at its length limit), and leaves the batch so
+    later steps cost less. Stopping at K finished hypotheses instead would let an
+    overconfident model end on K short, unlikely hypotheses (each <eos> ranked just
+    behind a near-certain live word) while the best one is still growing. With a
+    length penalty (``alpha`` > 0) a live score can still rise, so the rule is the
+    usual heuristic there; with raw log-probabilities it is exact.
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must be between 1 and the beam size ({beam_size}), got {n_best}")
@@ -159,6 +164,7 @@ def beam_search(
             row = int(cpu_parent[a, r])
             attention = torch.cat([history_attention[row], step_attention[row : row + 1]], 0)
             finished[active[a]].append(_hypothesis(history[row], float(cpu_scores[a, r]), attention, encoded.mask[active[a]], alpha, True))
+        best_alive = (alive_scores[:, 0] / length_penalty(t + 1, alpha)).tolist()  # (A,) rank 0 is the best live one
         done = []
         for a, sentence in enumerate(active):
             at_limit = t + 1 >= limit_list[sentence]
@@ -169,7 +175,7 @@ def beam_search(
                         tokens = torch.cat([history[row], alive_words[a, r : r + 1]])
                         attention = torch.cat([history_attention[row], step_attention[row : row + 1]], 0)
                         unfinished[sentence].append(_hypothesis(tokens, float(alive_scores[a, r]), attention, encoded.mask[sentence], alpha, False))
-            done.append(at_limit or len(finished[sentence]) >= k)
+            done.append(at_limit or _settled(finished[sentence], n_best, best_alive[a]))
 
         keep = [a for a, is_done in enumerate(done) if not is_done]
         if not keep:
@@ -190,6 +196,13 @@ def beam_search(
             ranked += sorted(unfinished[sentence], key=lambda h: -h.score)[: n_best - len(ranked)]
         results.append(ranked)
     return results
+
+
+def _settled(finished: list[Hypothesis], n_best: int, best_alive: float) -> bool:
+    """Can no live hypothesis (best score ``best_alive``) enter the ``n_best`` finished ones any more?"""
+    if len(finished) < n_best:
+        return False
+    return sorted((h.score for h in finished), reverse=True)[n_best - 1] >= best_alive
 
 
 def _hypothesis(tokens: Tensor, log_prob: float, attention: Tensor, mask: Tensor, alpha: float, finished: bool) -> Hypothesis:

@@ -174,6 +174,11 @@ def describe(objects: Sequence[SceneObject]) -> tuple[Sentence, ...]:
     )
 
 
+def word_kind(word: str) -> str:
+    """An English scene word's kind, to break grounding down by: size, colour, shape, or the word itself."""
+    return "size" if word in SIZES else "colour" if word in COLOURS else "shape" if word in SHAPES else word
+
+
 # -- scenes ----------------------------------------------------------------------------------------------
 def allowed_pairs(split: str) -> list[tuple[str, str]]:
     pairs = [(colour, shape) for colour in COLOURS for shape in SHAPES]
