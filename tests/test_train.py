@@ -76,21 +76,24 @@ def test_time_budget_stops_before_an_epoch_that_would_overrun(toy_data, tmp_path
     assert saved["stop_reason"] == "time budget" and saved["seconds"] == pytest.approx(log[0]["epoch_seconds"], abs=0.01)
 
 
-def test_a_tied_validation_score_keeps_the_later_checkpoint_but_counts_towards_early_stopping(toy_data, tmp_path):
+def toy_trainer(config, pairs, run_dir, score: float):
+    """A Trainer of the toy translation model whose validation always gives ``score``."""
     from attnkit.data.text import collate_pairs
     from attnkit.model import Seq2SeqObjective, build_translation_model
     from attnkit.train import CheckpointContents, Trainer
     from attnkit.translation import TextPipeline
 
-    config = toy_config(toy_data, tmp_path, "train.epochs=5", "train.patience=2")
-    pairs = read_parallel(toy_data, "train", "src", "tgt")[:64]
     pipeline = TextPipeline.build(config, pairs, "src", "tgt")
     model = build_translation_model(config, pipeline.source_vocab, pipeline.target_vocab)
-    trainer = Trainer(
-        model, Seq2SeqObjective(), pipeline.encode_pairs(pairs, 50, 50), collate_pairs, lambda m: {"score": 100.0},
-        config.train, tmp_path, CheckpointContents("translation", {}, {}), progress_bar=False, log=lambda _: None,
+    return Trainer(
+        model, Seq2SeqObjective(), pipeline.encode_pairs(pairs, 50, 50), collate_pairs, lambda m: {"score": score},
+        config.train, run_dir, CheckpointContents("translation", {}, {}), progress_bar=False, log=lambda _: None,
     )  # fmt: skip
-    progress = trainer.fit()
+
+
+def test_a_tied_validation_score_keeps_the_later_checkpoint_but_counts_towards_early_stopping(toy_data, tmp_path):
+    config = toy_config(toy_data, tmp_path, "train.epochs=5", "train.patience=2")
+    progress = toy_trainer(config, read_parallel(toy_data, "train", "src", "tgt")[:64], tmp_path, score=100.0).fit()
     log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert [r["best"] for r in log] == [True, True, True]  # every epoch ties the first
     assert progress.stop_reason == "early stopping"  # ... but no tie is an improvement
@@ -122,22 +125,11 @@ def _distributed_worker(rank, world_size, port, toy_data, run_dir):
     torch.set_num_threads(1)
     import torch.distributed as dist
 
-    from attnkit.data.text import collate_pairs
-    from attnkit.model import Seq2SeqObjective, build_translation_model
-    from attnkit.train import CheckpointContents, Trainer
-    from attnkit.translation import TextPipeline
-
     config = toy_config(toy_data, run_dir, "train.epochs=2", "train.device=cpu")
-    pairs = read_parallel(toy_data, "train", "src", "tgt")
-    pipeline = TextPipeline.build(config, pairs, "src", "tgt")
     torch.manual_seed(rank)  # different initial weights per rank: DDP must broadcast rank 0's
-    model = build_translation_model(config, pipeline.source_vocab, pipeline.target_vocab)
-    trainer = Trainer(
-        model, Seq2SeqObjective(), pipeline.encode_pairs(pairs, 50, 50), collate_pairs, lambda m: {"score": 0.0},
-        config.train, run_dir, CheckpointContents("translation", {}, {}), progress_bar=False, log=lambda _: None,
-    )  # fmt: skip
+    trainer = toy_trainer(config, read_parallel(toy_data, "train", "src", "tgt"), run_dir, score=0.0)
     trainer.fit()
-    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    flat = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
     gathered = [torch.zeros_like(flat) for _ in range(world_size)]
     dist.all_gather(gathered, flat)
     if rank == 0:

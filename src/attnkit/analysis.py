@@ -136,9 +136,11 @@ def _mass(weights: Tensor, share: Tensor) -> float:
 
 @dataclass(frozen=True)
 class ImageGrounding:
-    words: int  # referring words scored
-    hits: int  # of them, peak cell on the object
-    mass: float  # summed attention mass inside the objects' boxes
+    """Pointing-game counts of one or more sentences; ``+`` pools them. ``ImageGrounding()`` has scored nothing."""
+
+    words: int = 0  # referring words scored
+    hits: int = 0  # of them, peak cell on the object
+    mass: float = 0.0  # summed attention mass inside the objects' boxes
 
     @property
     def hit_rate(self) -> float:
@@ -186,11 +188,11 @@ Link = tuple[int, int, int]  # (sentence, source position, target position)
 class TextGrounding:
     """Hypothesis and gold links of one or more sentences; ``+`` pools sentences into a corpus figure."""
 
-    hypothesis: frozenset[Link]  # A: each target word linked to its peak source word
-    sure: frozenset[Link]  # S
-    possible: frozenset[Link]  # P (contains S)
-    words: int  # target words with a possible link
-    peaks_on_aligned: int  # of them, peak on a source word they may align with
+    hypothesis: frozenset[Link] = frozenset()  # A: each target word linked to its peak source word
+    sure: frozenset[Link] = frozenset()  # S
+    possible: frozenset[Link] = frozenset()  # P (contains S)
+    words: int = 0  # target words with a possible link
+    peaks_on_aligned: int = 0  # of them, peak on a source word they may align with
 
     @property
     def aer(self) -> float:

@@ -13,6 +13,7 @@ for images, the alignment error rate for text, plus caption and translation qual
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,9 +149,8 @@ def evaluate_scenes(comparer: AttentionComparer, scenes: Sequence[Scene], beam_s
     translation_quality = translation_scores([t.text for t in translations], [[ref] for _, ref in pairs], lowercase=True)
     exact_translations = sum(t.words == target_tokenize(ref) for t, (_, ref) in zip(translations, pairs))
 
-    image_score, text_score = ImageGrounding(0, 0, 0.0), TextGrounding(frozenset(), frozenset(), frozenset(), 0, 0)
-    image_by_kind: dict[str, ImageGrounding] = {}
-    text_by_kind: dict[str, TextGrounding] = {}
+    image_by_kind: dict[str, ImageGrounding] = defaultdict(ImageGrounding)
+    text_by_kind: dict[str, TextGrounding] = defaultdict(TextGrounding)
     image_entropy, text_entropy, image_peak, text_peak = [], [], [], []
     for start in range(0, len(scenes), batch_size):
         chunk = scenes[start : start + batch_size]
@@ -159,24 +159,23 @@ def evaluate_scenes(comparer: AttentionComparer, scenes: Sequence[Scene], beam_s
             sentence = scene.sentences[0]
             words = len(sentence.english)  # rows of the words; the last row is <eos>
             boxes = [item.box for item in scene.objects]
-            image_score += image_grounding(comparison.image_attention, sentence.referents, boxes, comparison.grid, (scene.size, scene.size))
-            text_score += text_grounding(comparison.text_attention, sentence.sure, sentence.possible, words, sentence=number)
-            # The same scores over one kind of word at a time ("a", "of", size, colour, shape ...).
+            # Scored one kind of word at a time ("a", "of", size, colour, shape ...); every word has one
+            # kind, so the kinds pooled give the totals.
             kinds = [word_kind(word) for word in sentence.english]
             for kind in set(kinds):
                 referents = [r if k == kind else None for r, k in zip(sentence.referents, kinds)]
                 if any(r is not None for r in referents):
-                    scored = image_grounding(comparison.image_attention, referents, boxes, comparison.grid, (scene.size, scene.size))
-                    image_by_kind[kind] = image_by_kind.get(kind, ImageGrounding(0, 0, 0.0)) + scored
+                    image_by_kind[kind] += image_grounding(comparison.image_attention, referents, boxes, comparison.grid, (scene.size, scene.size))
                 sure, possible = ([(f, e) for f, e in links if kinds[e] == kind] for links in (sentence.sure, sentence.possible))
                 if possible:
-                    scored = text_grounding(comparison.text_attention, sure, possible, words, sentence=number)
-                    text_by_kind[kind] = text_by_kind.get(kind, TextGrounding(frozenset(), frozenset(), frozenset(), 0, 0)) + scored
+                    text_by_kind[kind] += text_grounding(comparison.text_attention, sure, possible, words, sentence=number)
             image_summary, text_summary = summarise(comparison.image_attention[:words]), summarise(comparison.text_attention[:words])
             image_entropy += image_summary.normalised_entropy
             text_entropy += text_summary.normalised_entropy
             image_peak += image_summary.peak
             text_peak += text_summary.peak
+
+    image_score, text_score = sum(image_by_kind.values(), ImageGrounding()), sum(text_by_kind.values(), TextGrounding())
 
     def mean(values: list[float]) -> float:
         return round(sum(values) / len(values), 4)
