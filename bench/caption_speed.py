@@ -28,7 +28,7 @@ import torch
 
 from attnkit.captioning import Captioner
 from attnkit.data.captions import image_root, read_caption_split
-from attnkit.encoders.image import GridFeatures
+from attnkit.interfaces import GridFeatures
 from attnkit.errors import UserError, run_cli
 from attnkit.search import search
 from machine import busy_cores, print_result

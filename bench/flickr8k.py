@@ -32,7 +32,7 @@ from attnkit.captioning import Captioner, train_captioning
 from attnkit.config import load_config
 from attnkit.data.captions import image_root, read_caption_split, write_caption_dataset
 from attnkit.errors import run_cli
-from attnkit.translation import count_parameters
+from attnkit.model import count_parameters
 from machine import busy_cores, print_result, project_path
 
 ROOT = Path(__file__).resolve().parents[1]

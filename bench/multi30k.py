@@ -31,7 +31,8 @@ from pathlib import Path
 from attnkit.config import load_config
 from attnkit.data.text import read_parallel, write_parallel_dataset
 from attnkit.errors import run_cli
-from attnkit.translation import Translator, count_parameters, train_translation
+from attnkit.model import count_parameters
+from attnkit.translation import Translator, train_translation
 from machine import busy_cores, print_result
 
 ROOT = Path(__file__).resolve().parents[1]

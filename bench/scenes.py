@@ -41,7 +41,8 @@ from attnkit.data.scenes import generate_scenes, write_scene_dataset
 from attnkit.errors import UserError, run_cli
 from attnkit.multitask import train_multitask
 from attnkit.train import TrainingProgress
-from attnkit.translation import Translator, count_parameters
+from attnkit.model import count_parameters
+from attnkit.translation import Translator
 from machine import busy_cores, print_result, project_path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -274,7 +274,7 @@ def flops_per_token(model: nn.Module, objective: Seq2SeqObjective, dataset: Para
     with FlopCounterMode(display=False) as counter:
         for _, indices in zip(range(batches), sampler):
             out = objective(model, collate_pairs([dataset[i] for i in indices]))
-            out.loss.backward()
+            out.loss().backward()
             tokens += int(out.tokens)
     model.zero_grad(set_to_none=True)
     return counter.get_total_flops() / tokens

@@ -24,20 +24,19 @@ per modality) and the comparison of the first test scene.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnkit.comparison import AttentionComparer, evaluate_scenes
+from attnkit.cli import check_output_folder, int_in_range, non_negative_int, positive_int
+from attnkit.comparison import AttentionComparer
 from attnkit.data.images import open_rgb
-from attnkit.data.scenes import generate_scenes
 from attnkit.errors import UserError, run_cli
-from attnkit.files import write_text_atomic
-from attnkit.report import write_report
-from attnkit.viz import plot_cross_modal, plot_distributions
+from attnkit.report import compare_scenes, write_comparison
 
-SCENE_SPLITS = ("test", "compositional")  # in-distribution held-out scenes, then unseen colour-shape pairs
+COMPARISON_FILES = ("comparison.png", "report.html", "statistics.json")  # what write_comparison writes in its folder
+SCENE_FILES = ("metrics.json", "distributions.png")  # what compare_scenes writes, beside example/ (a comparison)
+SCENE_SIZES = (8, 2048)  # smaller scenes have no room for their objects; larger ones only cost memory
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -48,10 +47,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--image", help="the image")
     parser.add_argument("--source", help="a source-language sentence about the image")
     parser.add_argument("--target", help="the target sentence forced through both (default: the caption decoded from the image)")
-    parser.add_argument("--scenes", type=int, default=0, metavar="N", help="instead of --image/--source: evaluate on N generated held-out scenes per split")
+    parser.add_argument("--scenes", type=non_negative_int, default=0, metavar="N", help="instead of --image/--source: evaluate on N generated held-out scenes per split")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated scenes")
-    parser.add_argument("--scene-size", type=int, default=128, help="side of the generated scene images in pixels")
-    parser.add_argument("--beam", type=int, default=None, help="beam size for decoding (default: the checkpoint's)")
+    parser.add_argument("--scene-size", type=int_in_range(*SCENE_SIZES), default=128, help="side of the generated scene images in pixels")
+    parser.add_argument("--beam", type=positive_int, default=None, help="beam size for decoding (default: the checkpoint's)")
     parser.add_argument("--out", required=True, help="output folder (created; files in it are replaced)")
     parser.add_argument("--device", default="auto")
     return parser
@@ -59,67 +58,30 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
-    comparer = AttentionComparer.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device)
     out = Path(args.out)
+    # Everything the user can get wrong is checked before the models load and the work starts.
+    if args.checkpoint and (args.caption_checkpoint or args.translation_checkpoint):
+        raise UserError("give a joint checkpoint, or a captioning and a translation checkpoint, not both")
+    if not args.checkpoint and not (args.caption_checkpoint and args.translation_checkpoint):
+        raise UserError("give a joint checkpoint, or both a captioning and a translation checkpoint: --checkpoint, or --caption-checkpoint and --translation-checkpoint")
     if args.scenes:
         if args.image or args.source or args.target:
             raise UserError("--scenes evaluates generated scenes: leave out --image, --source and --target")
-        outputs = compare_scenes(comparer, out, args.scenes, args.seed, args.scene_size, args.beam)
+        check_output_folder(out, "--out", files=SCENE_FILES, folders=["example"])
+        check_output_folder(out / "example", "--out", files=COMPARISON_FILES)
     else:
         if not args.image or not args.source:
             raise UserError("give --image and --source (or --scenes N)")
+        check_output_folder(out, "--out", files=COMPARISON_FILES)
         image = open_rgb(args.image)
+    comparer = AttentionComparer.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device)
+    if args.scenes:
+        outputs = compare_scenes(comparer, out, args.scenes, args.seed, args.scene_size, args.beam)
+    else:
         outputs = write_comparison(comparer, image, args.source, args.target, out)
     for path, what in outputs:
         print(f"{path}: {what}")
     return 0
-
-
-def write_comparison(comparer: AttentionComparer, image, source: str, target: str | None, out: Path, title: str = "") -> list[tuple[Path, str]]:
-    """The PNG, HTML report and statistics JSON of one image + sentence."""
-    comparison = comparer.compare([image], [source], None if target is None else [target])[0]
-    statistics = comparison.statistics()
-    sentence = " ".join(comparison.target_words[:-1])
-    out.mkdir(parents=True, exist_ok=True)
-    png = plot_cross_modal(image, comparison, out / "comparison.png", title=title or sentence)
-    html = write_report(out / "report.html", image, comparison, statistics)
-    record = {"target": sentence, "target_given": target is not None, "source_words": comparison.source_words, "grid": list(comparison.grid), **statistics}
-    stats = write_text_atomic(out / "statistics.json", json.dumps(record, indent=2, ensure_ascii=False) + "\n")
-    print(f"target: {sentence}\nimage attention: {statistics['image']}\ntext attention:  {statistics['text']}")
-    return [(png, "each target word's attention over the image (top) and over the source words (bottom)"), (html, "interactive report"), (stats, "statistics")]
-
-
-def compare_scenes(comparer: AttentionComparer, out: Path, count: int, seed: int = 0, size: int = 128, beam: int | None = None) -> list[tuple[Path, str]]:
-    """Metrics JSON and distribution plots on ``count`` generated scenes per split, and the comparison of one scene."""
-    if comparer.translator.pipeline.source_lang != "fr" or comparer.translator.pipeline.target_lang != "en":
-        raise UserError("generated scenes are described in French and English: this needs a French -> English model trained on scenes")
-    if count < 1:
-        raise UserError("--scenes must be at least 1")
-    metrics: dict = {"seed": seed, "scene_size": size}
-    distributions = {}
-    for split in SCENE_SPLITS:
-        scenes = generate_scenes(count, seed, split, size)
-        result = evaluate_scenes(comparer, scenes, beam_size=beam)
-        distributions[split] = result.pop("distributions")
-        metrics[split] = result
-        grounding = result["grounding"]
-        print(
-            f"{split}: caption BLEU-4 {result['captioning']['bleu4']}, exact {result['captioning']['exact_match']}%; "
-            f"translation BLEU {result['translation']['bleu']}; pointing {grounding['pointing_hit_rate']}%, "
-            f"in-box mass {grounding['in_box_mass']}, AER {grounding['aer']}"
-        )
-    out.mkdir(parents=True, exist_ok=True)
-    metrics_json = write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    series = {
-        f"{statistic.replace('_', ' ')}": {f"{modality} ({split})": distributions[split][f"{modality}_{statistic}"] for split in SCENE_SPLITS for modality in ("image", "text")}
-        for statistic in ("normalised_entropy", "peak")
-    }
-    plot = plot_distributions(series, out / "distributions.png", title=f"attention per target word, {count} scenes per split")
-    example = generate_scenes(1, seed, "test", size)[0]
-    sentence = example.sentences[0]
-    outputs = [(metrics_json, "quality, grounding and attention statistics per split"), (plot, "entropy and peak weight per modality")]
-    outputs += write_comparison(comparer, example.image(), sentence.french_text, sentence.english_text, out / "example")
-    return outputs
 
 
 if __name__ == "__main__":

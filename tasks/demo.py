@@ -31,13 +31,12 @@ from attnkit.data.text import read_parallel, resolve_languages
 from attnkit.errors import run_cli
 from attnkit.files import write_text_atomic
 from attnkit.multitask import train_multitask
+from attnkit.report import compare_scenes
 from attnkit.translation import Translator, train_translation
 from attnkit.viz import plot_attention_matrix
 from attnkit.vocab import EOS
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from tasks.compare import compare_scenes  # noqa: E402  (tasks/ is not a package on sys.path when run as a script)
 
 SHOWN = 8  # test sentences printed
 SCENES_SHOWN = 4  # test scenes captioned and translated

@@ -5,7 +5,8 @@ import torch
 
 from attnkit.config import ImageEncoderConfig, TextEncoderConfig
 from attnkit.data.batching import pad_sequences
-from attnkit.encoders.image import BACKBONES, ImageEncoder, Pixels
+from attnkit.encoders.image import BACKBONES, ImageEncoder
+from attnkit.interfaces import Pixels
 from attnkit.encoders.text import TextEncoder
 from attnkit.interfaces import Encoder, EncoderOutput, Grid, Tokens
 
@@ -73,14 +74,6 @@ def test_without_rnn_a_position_holds_only_its_word():
     first, second = encoder(pad_sequences([[4, 5, 6]])).memory[0], encoder(pad_sequences([[4, 9, 6]])).memory[0]  # (S, E) each
     assert torch.equal(first[0], second[0]) and torch.equal(first[2], second[2]) and not torch.equal(first[1], second[1])
     assert not torch.equal(encoder(pad_sequences([[4, 4]])).memory[0, 0], encoder(pad_sequences([[4, 4]])).memory[0, 1])  # positions differ
-
-
-def test_select_keeps_layout_rows_in_step():
-    encoder, source = ENCODERS["text-bigru"]()
-    out = encoder(source)
-    picked = out.select(torch.tensor([2, 2, 0]))
-    assert picked.layout.lengths.tolist() == [3, 3, 4]
-    torch.testing.assert_close(picked.memory[0], out.memory[2])
 
 
 def test_frozen_blocks_get_no_gradient_and_the_last_ones_do():

@@ -69,7 +69,7 @@ def test_hits_return_the_computed_features_and_changes_invalidate(tmp_path, weig
 
 def test_cached_features_give_the_encoder_output_of_the_pixels(tmp_path, weights):
     from attnkit.data.images import load_image
-    from attnkit.encoders.image import GridFeatures, Pixels
+    from attnkit.interfaces import GridFeatures, Pixels
 
     photos = _photos(tmp_path, 2)
     encoder = _encoder(weights)

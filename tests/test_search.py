@@ -47,6 +47,36 @@ def test_a_padded_batch_decodes_like_each_sentence_alone(vocab, settings, beam_s
             torch.testing.assert_close(a.attention, b.attention, atol=1e-5, rtol=1e-4)
 
 
+def _force_decode(decoder, encoded, tokens):
+    """Teacher-force ``tokens`` (the last may be <eos>) through ``decoder.step`` from <bos>: attention rows (T, L) and summed log-probability."""
+    state, previous, rows, log_prob = decoder.init_state(encoded), torch.tensor([BOS]), [], 0.0
+    with torch.no_grad():
+        for token in tokens:
+            out = decoder.step(previous, state)
+            rows.append(out.attention[0])
+            log_prob += float(torch.log_softmax(out.logits[0].float(), -1)[token])
+            state, previous = out.state, torch.tensor([token])
+    return torch.stack(rows), log_prob
+
+
+@pytest.mark.parametrize("settings", STYLES)
+@pytest.mark.parametrize("eos_bias", [0.0, 0.3])
+def test_every_hypothesis_carries_the_attention_of_force_decoding_its_tokens(vocab, settings, eos_bias):
+    # Hypotheses are rebuilt from per-step backpointers; the limits make sentences leave the batch at
+    # different steps (the second first), so rows are renumbered under the hypotheses still growing.
+    model = tiny_model(vocab, seed=2, **settings)
+    with torch.no_grad():
+        model.decoder.output.bias[EOS] += eos_bias
+    encoded = model.encode(pad_sequences(SOURCES))
+    results = beam_search(model.decoder, encoded, BOS, EOS, beam_size=3, max_length=torch.tensor([9, 3, 6, 12]), alpha=0.0, n_best=3)
+    for i, (source, hypotheses) in enumerate(zip(SOURCES, results)):
+        alone = EncoderOutput(encoded.memory[i : i + 1], encoded.mask[i : i + 1], encoded.init_state[i : i + 1], Tokens(torch.tensor([len(source)])))
+        for h in hypotheses:
+            attention, log_prob = _force_decode(model.decoder, alone, h.tokens + [EOS] * h.finished)
+            torch.testing.assert_close(h.attention, attention[:, encoded.mask[i]], atol=1e-5, rtol=1e-4)
+            assert h.log_prob == pytest.approx(log_prob, abs=1e-4)
+
+
 def test_greedy_batch_equals_one_at_a_time(vocab):
     model = _trained_like(vocab)
     batch = greedy_search(model.decoder, model.encode(pad_sequences(SOURCES)), BOS, EOS, max_length=10)
@@ -133,3 +163,33 @@ def test_early_unlikely_endings_do_not_stop_the_search_before_the_best_hypothesi
     assert hypotheses[0].tokens == [4] * 5 and hypotheses[0].finished
     assert hypotheses[0].log_prob > -0.01
     assert [h.score for h in hypotheses] == sorted((h.score for h in hypotheses), reverse=True)
+
+
+class _SureOfNineWordsAfterADoubt:
+    """Overconfident at a length penalty: at the first step <eos> (-0.47 nats) beats word 4 (-0.97), which is then near
+    certain for eight more steps before <eos> is; a mid-sentence <eos> costs 9 nats, any other word 20."""
+
+    vocab = 6
+
+    def init_state(self, encoded):
+        return _StepCount(torch.zeros(encoded.batch_size, dtype=torch.long))
+
+    def step(self, previous, state):
+        rows = state.steps.shape[0]
+        logits = torch.full((rows, self.vocab), -20.0)
+        first, nine = state.steps == 0, state.steps >= 9  # (rows,)
+        logits[:, 4] = torch.where(first, -0.5, torch.where(nine, -9.0, 0.0))
+        logits[:, EOS] = torch.where(first | nine, 0.0, -9.0)
+        return StepOutput(logits, torch.full((rows, 2), 0.5), _StepCount(state.steps + 1))
+
+
+def test_a_length_penalty_does_not_stop_the_search_while_a_live_hypothesis_can_still_win():
+    # At alpha 1 ending at once scores -0.47, and the live [4] scores -0.97 at its length, so stopping on the
+    # live score as it stands ends the search there; but [4] * 9 + <eos> scores -0.97 / length_penalty(10) = -0.39.
+    encoded = EncoderOutput(torch.zeros(1, 2, 4), torch.ones(1, 2, dtype=torch.bool), torch.zeros(1, 4), Tokens(torch.tensor([2])))
+    stub = _SureOfNineWordsAfterADoubt()
+    ((best,),) = beam_search(stub, encoded, BOS, EOS, beam_size=2, max_length=20, alpha=1.0)
+    # Exhaustive over 4 ... 4 <eos>: any other word costs 20 nats, below -20 / length_penalty(20) = -4.8 whatever follows.
+    exhaustive = max(_force_decode(stub, encoded, [4] * m + [EOS])[1] / length_penalty(m + 1, 1.0) for m in range(20))
+    assert best.tokens == [4] * 9 and best.finished
+    assert best.score == pytest.approx(exhaustive)

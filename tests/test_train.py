@@ -1,7 +1,6 @@
 """The trainer and the translation recipe on the toy reversal task."""
 
 import json
-import os
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ from attnkit.config import ExperimentConfig, apply_overrides, from_dict, load_co
 from attnkit.data.text import read_parallel
 from attnkit.translation import Translator, train_translation
 from attnkit.errors import UserError
-from attnkit.train import resolve_device, resolve_precision
+from attnkit.distributed import resolve_device, resolve_precision
 
 LEARNS = [
     "text_encoder.embedding_size=16", "text_encoder.hidden_size=32", "text_encoder.dropout=0.0",
@@ -118,38 +117,3 @@ def test_device_and_precision_resolution():
             resolve_device("cuda")
     with pytest.raises(UserError, match="unknown device"):
         resolve_device("tpu")
-
-
-def _distributed_worker(rank, world_size, port, toy_data, run_dir):
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    import torch.distributed as dist
-
-    config = toy_config(toy_data, run_dir, "train.epochs=2", "train.device=cpu")
-    torch.manual_seed(rank)  # different initial weights per rank: DDP must broadcast rank 0's
-    trainer = toy_trainer(config, read_parallel(toy_data, "train", "src", "tgt"), run_dir, score=0.0)
-    trainer.fit()
-    flat = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
-    gathered = [torch.zeros_like(flat) for _ in range(world_size)]
-    dist.all_gather(gathered, flat)
-    if rank == 0:
-        torch.save({"same": all(torch.equal(gathered[0], g) for g in gathered), "batches": len(trainer.loader)}, run_dir / "result.pt")
-    dist.destroy_process_group()
-
-
-def test_distributed_data_parallel_with_gloo(toy_data, tmp_path):
-    """Two CPU processes (gloo) train one model: identical weights on both ranks, half the batches each."""
-    import socket
-
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_distributed_worker, args=(2, port, str(toy_data), tmp_path), nprocs=2, join=True)
-    result = torch.load(tmp_path / "result.pt")
-    assert result["same"], "ranks diverged"
-    assert result["batches"] == 1500 // 32 // 2
-    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
-    assert [r["epoch"] for r in log] == [1, 2], "only rank 0 writes the log"
-    assert log[-1]["train_loss"] < log[0]["train_loss"]

@@ -4,8 +4,8 @@
 vocabulary) and knows the image preprocessing; it is rebuilt from a checkpoint
 alone. :class:`Captioner` captions image files in batches (one batched beam
 search for many images) and scores them against references.
-:func:`train_captioning` wires the data, the feature cache, the model and the
-model-agnostic :class:`~attnkit.train.Trainer`. After the image encoder nothing
+:func:`prepare_captioning` is what the task adds to the shared recipe
+(:func:`~attnkit.train.train_recipe`): its data, feature cache, model and validation. After the image encoder nothing
 here differs from translation: the decoder, search, objective and trainer are
 the shared ones.
 
@@ -29,14 +29,14 @@ from attnkit.data.batching import Batch, pad_sequences
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
 from attnkit.data.features import FeatureCache, encoder_identity
 from attnkit.data.images import ImageError, image_tensor, load_image
-from attnkit.encoders.image import GridFeatures, ImageEncoder, Pixels
+from attnkit.encoders.image import ImageEncoder
 from attnkit.errors import UserError
-from attnkit.interfaces import EncoderOutput
+from attnkit.interfaces import EncoderOutput, GridFeatures, Pixels
 from attnkit.metrics import caption_scores
-from attnkit.model import MULTITASK, EncoderDecoder, Seq2SeqObjective, build_captioning_model, build_model
+from attnkit.model import MULTITASK, EncoderDecoder, Seq2SeqObjective, build_captioning_model, build_model, describe_parameters
 from attnkit.search import search
-from attnkit.train import CheckpointContents, Trainer, TrainingProgress, claim_run_dir, resolve_device, run_training
-from attnkit.translation import count_parameters
+from attnkit.distributed import resolve_device
+from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
 from attnkit.vocab import Tokenizer, Vocabulary
 
 TASK = "captioning"
@@ -228,19 +228,21 @@ def record_weights(config: ExperimentConfig, encoder: ImageEncoder) -> Experimen
 
 
 def caption_training_set(
-    config: ExperimentConfig, encoder: ImageEncoder, pipeline: CaptionPipeline, items: Sequence[CaptionedImage], root: Path, log=print
+    config: ExperimentConfig, encoder: ImageEncoder, pipeline: CaptionPipeline, items: Sequence[CaptionedImage], root: Path, context: RunContext
 ) -> tuple[CaptionDataset, Callable, FeatureCache | None]:
     """The training captions as a dataset (with the frozen encoder's features cached when the config says so),
-    its collate function and the cache (None without one)."""
+    its collate function and the cache (None without one). Under ``torchrun`` rank 0 computes the missing
+    features; the other ranks wait and read them."""
     paths, image_ids, caption_ids = _examples(items, root, pipeline, config.data.max_target_length)
     if not caption_ids:
         raise UserError(f"{config.data.path}: no usable training captions")
     cache = _feature_cache(encoder, config.data.feature_cache) if config.data.feature_cache else None
     sources = None
     if cache is not None:
-        device = resolve_device(config.train.device)
+        device, log = context.device, context.log
         log(f"feature cache {cache.folder}: computing or reading the grid features of {len(paths)} training images")
-        sources = cache.get(paths, partial(_grid_on, encoder.to(device), device))
+        with context.distributed.main_first():
+            sources = cache.get(paths, partial(_grid_on, encoder.to(device), device))
         log(f"feature cache: {cache.stats.hits} hits, {cache.stats.misses} computed")
     dataset = CaptionDataset(image_ids, caption_ids, sources, paths, config.image_encoder.image_size, encoder.normalization)
     return dataset, partial(collate_captions, cached=sources is not None), cache
@@ -265,43 +267,36 @@ def parameter_groups(model: nn.Module, encoder: ImageEncoder, config: Experiment
     return groups
 
 
-def train_captioning(
-    config: ExperimentConfig, resume: Checkpoint | None = None, overwrite: bool = False, progress_bar: bool = True, log=print
-) -> TrainingProgress:
-    """Train (or continue) a captioning model as ``config`` says; checkpoints go to ``config.run_dir``."""
-    run_dir = claim_run_dir(config, resume is not None, overwrite)
+def prepare_captioning(config: ExperimentConfig, resume: Checkpoint | None, context: RunContext) -> TaskSetup:
+    """The captioning task's data (features cached when the encoder is frozen), model and validation."""
     folder = Path(config.data.path)
     root = image_root(folder)
-    train_items, valid_items = read_caption_split(folder, "train"), read_caption_split(folder, "valid")
-    if config.train.valid_max_examples > 0:
-        valid_items = valid_items[: config.train.valid_max_examples]
-    torch.manual_seed(config.train.seed)
+    train_items = read_caption_split(folder, "train")
+    valid_items = validation_subset(read_caption_split(folder, "valid"), config.train)
     if resume is not None:
         pipeline = CaptionPipeline.from_checkpoint(resume)
     else:
         pipeline = CaptionPipeline.build(config, [c for item in train_items for c in item.captions], config.data.target_lang or "en")
     config = replace(config, data=replace(config.data, target_lang=pipeline.language))
     model = build_captioning_model(config, pipeline.vocab, load_weights=resume is None)
-    config = record_weights(config, model.encoder_for("image"))
-    dataset, collate, cache = caption_training_set(config, model.encoder_for("image"), pipeline, train_items, root, log)
-    log(f"captioning: {len(dataset.paths)} training images, {len(dataset)} captions, {len(valid_items)} validation images; vocabulary {len(pipeline.vocab)}")
-    log(f"model: {count_parameters(model):,} parameters ({sum(p.numel() for p in model.parameters() if p.requires_grad):,} trainable)")
+    encoder = model.encoder_for("image")
+    config = record_weights(config, encoder)
+    dataset, collate, cache = caption_training_set(config, encoder, pipeline, train_items, root, context)
 
     def validate(trained: nn.Module) -> dict:
         metrics = caption_validation(trained, pipeline, config, valid_items, root, cache)
         return {**metrics, "score": metrics["cider_d"]}  # CIDEr-D: defined for short captions too
 
-    trainer = Trainer(
-        model,
-        Seq2SeqObjective.from_config(config.train, pipeline.vocab.pad_index),
-        dataset,
-        collate,
-        validate,
-        config.train,
-        run_dir,
-        CheckpointContents(TASK, to_dict(config), pipeline.vocabularies),
-        progress_bar=progress_bar,
-        log=log,
-        parameter_groups=parameter_groups(model, model.encoder_for("image"), config),
-    )
-    return run_training(trainer, config, resume, log)
+    notes = [
+        f"captioning: {len(dataset.paths)} training images, {len(dataset)} captions, {len(valid_items)} validation images; vocabulary {len(pipeline.vocab)}",
+        describe_parameters(model),
+    ]
+    objective = Seq2SeqObjective.from_config(config.train, pipeline.vocab.pad_index)
+    return TaskSetup(config, model, objective, dataset, collate, validate, pipeline.vocabularies, parameter_groups(model, encoder, config), notes=notes)
+
+
+def train_captioning(
+    config: ExperimentConfig, resume: Checkpoint | None = None, overwrite: bool = False, progress_bar: bool = True, log=print
+) -> TrainingProgress:
+    """Train (or continue) a captioning model as ``config`` says; checkpoints go to ``config.run_dir``."""
+    return train_recipe(config, TASK, prepare_captioning, resume, overwrite, progress_bar, log)

@@ -6,24 +6,53 @@ only tensors, numbers, strings, lists and dicts, so it loads with
 ``torch.load(path, weights_only=True)`` and opening a checkpoint from elsewhere
 cannot run code. Writes go to a temporary file that is renamed over the target,
 so a crash mid-write never leaves a half-written checkpoint.
+
+Loading trusts nothing in the file: the archive's checksums, the payload's
+structure and types, the config's values and the vocabularies are checked, and
+:func:`load_weights` checks that the weights fit the model. Whatever is wrong
+with a file is one :class:`UserError`: not a checkpoint, damaged, or from an
+incompatible version.
 """
 
 from __future__ import annotations
 
-import pickle
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from attnkit import __version__
+from attnkit.config import ExperimentConfig, drop_legacy_keys, from_dict, to_dict
 from attnkit.errors import UserError
 from attnkit.files import atomic_path
+from attnkit.vocab import SPECIALS
 
 FORMAT = "attnkit-checkpoint"
 FORMAT_VERSION = 1
+
+VOCABULARIES = {"translation": ("source", "target"), "captioning": ("target",), "multitask": ("source", "target")}  # what each task's model needs
+TRAINING = {"progress": dict, "optimizer": dict, "scheduler": dict}  # what Trainer.restore reads (scaler, history: optional)
+
+
+def _random_states_valid(training: dict) -> bool:
+    """One {"cpu": uint8 tensor, "cuda": [uint8 tensors] (optional)} per rank; "torch_rng" alone in checkpoints of attnkit before several ranks."""
+    states = training.get("rng", [{"cpu": training.get("torch_rng")}])
+
+    def valid(state) -> bool:
+        cuda = state.get("cuda", []) if isinstance(state, dict) else None
+        return (
+            isinstance(state, dict)
+            and isinstance(state.get("cpu"), torch.Tensor)
+            and state["cpu"].dtype == torch.uint8
+            and isinstance(cuda, list)
+            and all(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in cuda)
+        )
+
+    return isinstance(states, list) and len(states) > 0 and all(valid(state) for state in states)
 
 
 @dataclass(frozen=True)
@@ -49,8 +78,15 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> Path:
         "model": checkpoint.model,
         "training": checkpoint.training,
     }
-    with atomic_path(path) as temporary:
-        torch.save(payload, temporary)
+    try:
+        with atomic_path(path) as temporary, open(temporary, "wb") as handle:
+            # Through a Python file a full disk is an OSError with its errno (ENOSPC), which run_cli reports
+            # in one line; torch's own writer would raise a bare RuntimeError ("unexpected pos").
+            torch.save(payload, handle)
+    except OSError as error:
+        if error.filename is None:  # a failed write names no file: name the checkpoint
+            error.filename = str(path)
+        raise
     return path
 
 
@@ -58,32 +94,154 @@ def load_checkpoint(path: str | Path, task: str | tuple[str, ...] | None = None,
     """Load and validate a checkpoint; any problem a user can cause is a :class:`UserError`.
 
     ``task``: the task (or tasks) the caller can use; another task's checkpoint is refused.
+    The config comes back complete (every key, legacy keys dropped) and valid.
     """
     path = Path(path)
     if not path.exists():
         raise UserError(f"checkpoint not found: {path}")
     if path.is_dir():
         raise UserError(f"checkpoint path is a directory, not a file: {path}")
-    try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
-    except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError, OSError) as error:
-        raise UserError(f"{path} is not a readable attnkit checkpoint ({type(error).__name__}: {str(error).splitlines()[0][:200]})") from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+    payload = _read(path, map_location)
+    if not isinstance(payload, dict) or not isinstance(payload.get("format"), str) or payload["format"] != FORMAT:
         raise UserError(f"{path} is not an attnkit checkpoint")
     version = payload.get("format_version")
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:  # type: a tensor or True would compare too
         raise UserError(
-            f"{path} has checkpoint format {version}, this attnkit ({__version__}) reads format {FORMAT_VERSION}; "
-            f"it was written by attnkit {payload.get('attnkit_version')}"
+            f"{path} has checkpoint format {_short(version if type(version) is int else repr(version))}, this attnkit ({__version__}) reads format {FORMAT_VERSION}; "
+            f"it was written by attnkit {_short(payload.get('attnkit_version'))}"
         )
+    checkpoint = _validate(path, payload)
     accepted = (task,) if isinstance(task, str) else task
-    if accepted is not None and payload.get("task") not in accepted:
-        raise UserError(f"{path} is a '{payload.get('task')}' checkpoint, but this command needs a {' or '.join(repr(t) for t in accepted)} checkpoint")
-    return Checkpoint(
-        task=payload["task"],
-        config=payload["config"],
-        vocabularies=payload["vocabularies"],
-        model=payload["model"],
-        training=payload.get("training", {}),
-        attnkit_version=payload.get("attnkit_version", "unknown"),
-    )
+    if accepted is not None and checkpoint.task not in accepted:
+        raise UserError(f"{path} is a '{checkpoint.task}' checkpoint, but this command needs a {' or '.join(repr(t) for t in accepted)} checkpoint")
+    return checkpoint
+
+
+def load_weights(model: nn.Module, checkpoint: Checkpoint) -> None:
+    """Load the checkpoint's weights into ``model`` (built from its config and vocabularies).
+
+    Weights that do not fit (missing or extra names, other shapes or kinds) are a
+    :class:`UserError`, not torch's traceback: the file is damaged or from another version.
+    """
+    expected, given = model.state_dict(), checkpoint.model
+    if not isinstance(given, dict):
+        raise _misfit(f"the weights are a {type(given).__name__}, not a state dict")
+    problems = []
+    missing = [name for name in expected if name not in given]
+    unexpected = [name for name in given if name not in expected]
+    if missing:
+        problems.append(f"missing {_names(missing)}")
+    if unexpected:
+        problems.append(f"unexpected {_names(unexpected)}")
+    for name, tensor in given.items():
+        if name not in expected:
+            continue
+        want = expected[name]
+        if not isinstance(tensor, torch.Tensor):
+            problems.append(f"{name} is a {type(tensor).__name__}, not a tensor")
+        elif tensor.shape != want.shape:
+            problems.append(f"{name} has shape {tuple(tensor.shape)}, the model's is {tuple(want.shape)}")
+        elif tensor.is_complex() or tensor.is_floating_point() != want.is_floating_point():
+            problems.append(f"{name} holds {tensor.dtype}, the model's {want.dtype}")
+    if problems:
+        raise _misfit("; ".join(problems[:3]) + (f"; {len(problems) - 3} more" if len(problems) > 3 else ""))
+    try:
+        model.load_state_dict(given)
+    except (RuntimeError, ValueError, TypeError) as error:  # anything the checks above did not foresee
+        raise _misfit(_first_line(error)) from None
+
+
+# -- reading and checking --------------------------------------------------------------------------------
+def _read(path: Path, map_location: str | torch.device) -> Any:
+    """The unpickled payload; a file that is not a whole, plain-data torch archive is a UserError."""
+    unreadable = f"{path} is not a readable attnkit checkpoint"
+    try:
+        with open(path, "rb") as handle:  # unreadable (permissions) is said as such, not as "damaged"
+            empty = not handle.read(1)
+        if empty:
+            raise UserError(f"{unreadable}: the file is empty (was its writing interrupted?)")
+        if not zipfile.is_zipfile(path):
+            raise UserError(f"{unreadable}: it is not a PyTorch archive (another kind of file, or truncated)")
+        # torch does not verify the archive's CRC-32s: a flipped bit in the weights would load silently.
+        # attnkit checkpoints store every member uncompressed, so checking them reads the file once more
+        # and nothing can expand.
+        with zipfile.ZipFile(path) as archive:
+            if any(member.compress_type != zipfile.ZIP_STORED for member in archive.infolist()):
+                raise UserError(f"{unreadable}: it holds compressed members, which torch.save never writes")
+            damaged = archive.testzip()
+        if damaged is not None:
+            raise UserError(f"{unreadable}: it is damaged ({damaged} fails its checksum)")
+        with warnings.catch_warnings():  # a damaged pickle can make torch warn about its own internals
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except UserError:
+        raise
+    except OSError as error:
+        if error.errno is None:  # zipfile and torch raise errno-less OSErrors for malformed archives
+            raise UserError(f"{unreadable}: it is damaged") from None
+        raise UserError(f"cannot read checkpoint {path}: {error.strerror}") from None
+    except MemoryError:
+        raise UserError(f"not enough memory to load checkpoint {path}") from None
+    except Exception:
+        # Every failure to parse the bytes (zip, pickle, storages) lands here: the file is damaged, or it holds
+        # objects other than tensors and plain data, which attnkit never writes. torch's message is left out:
+        # its advice to load with weights_only=False would run whatever code the file holds.
+        raise UserError(f"{unreadable}: it is damaged, or it is not an attnkit checkpoint") from None
+
+
+def _validate(path: Path, payload: dict[str, Any]) -> Checkpoint:
+    def invalid(what: str) -> UserError:
+        return UserError(f"{path} is not a valid attnkit checkpoint ({what[:300]}): it is damaged or from an incompatible version")
+
+    task = payload.get("task")
+    if not isinstance(task, str) or task not in VOCABULARIES:
+        raise invalid(f"unknown task {_short(task)}")
+    config = payload.get("config")
+    if not isinstance(config, dict):
+        raise invalid("it holds no config")
+    try:
+        config = to_dict(from_dict(ExperimentConfig, drop_legacy_keys(config)))
+    except UserError as error:
+        raise invalid(f"its config is not valid: {error}") from None
+    vocabularies = payload.get("vocabularies")
+    if not isinstance(vocabularies, dict):
+        raise invalid("it holds no vocabularies")
+    for side in VOCABULARIES[task]:
+        words = vocabularies.get(side)
+        if not isinstance(words, list) or not all(isinstance(word, str) for word in words):
+            raise invalid(f"no {side} vocabulary (a list of words)")
+        if tuple(words[: len(SPECIALS)]) != SPECIALS or len(set(words)) != len(words):
+            raise invalid(f"the {side} vocabulary does not start with {', '.join(SPECIALS)} or repeats a word")
+    model = payload.get("model")
+    if not isinstance(model, dict) or not model or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in model.items()):
+        raise invalid("no model weights (a dict of named tensors)")
+    training = payload.get("training", {})
+    if not isinstance(training, dict):
+        raise invalid("its training state is not a dict")
+    if training:  # empty: exported for inference only
+        for key, kind in TRAINING.items():
+            if not isinstance(training.get(key), kind):
+                raise invalid(f"its training state has no {key}")
+        if not _random_states_valid(training) or not isinstance(training.get("scaler", {}), dict) or not isinstance(training.get("history", []), list):
+            raise invalid("its training state's random generators, scaler or history are not valid")
+    version = payload.get("attnkit_version", "unknown")
+    return Checkpoint(task, config, vocabularies, model, training, version if isinstance(version, str) else "unknown")
+
+
+def _misfit(what: str) -> UserError:
+    return UserError(f"the checkpoint's weights do not fit this model ({what[:400]}): incompatible version or damaged")
+
+
+def _names(names: list[str]) -> str:
+    shown = [name if name.isprintable() else repr(name) for name in names[:3]]  # a damaged name may hold control bytes
+    return ", ".join(shown) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:200] if lines else type(error).__name__
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) and value.isprintable() else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

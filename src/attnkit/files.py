@@ -1,4 +1,9 @@
-"""Atomic file writes: a file appears whole or not at all, and a failed write keeps the old one."""
+"""Atomic file writes: a file appears whole or not at all, and a failed write keeps the old one.
+
+The bytes reach the disk before the rename (``fsync`` of the file) and the rename reaches
+it after (``fsync`` of the folder), so even a power loss leaves the old file or the new
+one, never an empty or partial one.
+"""
 
 from __future__ import annotations
 
@@ -11,16 +16,31 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yields a temporary path beside ``path``; on success it replaces ``path``, on error it is removed."""
+def atomic_path(path: str | Path, durable: bool = True) -> Iterator[Path]:
+    """Yields a temporary path beside ``path``; on success it replaces ``path``, on error it is removed.
+
+    ``durable=False`` skips the fsyncs, for files that are cheap to remake (a cache entry)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")  # keeps the suffix: savefig picks the format by it
     try:
         yield temporary
+        if durable:
+            _fsync(temporary)
         os.replace(temporary, path)
+        if durable:
+            _fsync(path.parent)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def _fsync(path: Path) -> None:
+    """Flush ``path`` (a file or a folder) to the disk; whoever wrote it need not have kept it open."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:

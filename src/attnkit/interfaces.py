@@ -1,7 +1,12 @@
-"""The encoder contract: what every encoder hands to the shared decoder.
+"""The encoder contract: what an encoder reads and what it hands to the shared decoder.
 
 Legend: B batch, S source length, L memory length (S tokens or H*W cells),
-D memory size, H x W image grid.
+D memory size, H x W image grid, C backbone channels, g grid side.
+
+Sources (what encoders read) are small frozen dataclasses whose ``kind`` names the
+encoder that reads them: :class:`PaddedTokens` for the text encoder, :class:`Pixels`
+or :class:`GridFeatures` for the image encoder. A joint model picks its encoder by
+that ``kind``, so nothing above the data layer needs to import an encoder to dispatch.
 
 After the encoder nothing branches on modality: the decoder, search, losses and
 attention statistics read ``memory``, ``mask`` and ``init_state``; only plots
@@ -10,19 +15,70 @@ read ``layout``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Protocol, Union, runtime_checkable
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, Union, runtime_checkable
 
 import torch
 from torch import Tensor
 
 
+# -- sources -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PaddedTokens:
+    """A batch of token-id sequences, right-padded."""
+
+    kind: ClassVar[str] = "text"
+    ids: Tensor  # (B, S)
+    lengths: Tensor  # (B,)
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "PaddedTokens":
+        return PaddedTokens(self.ids.to(device, non_blocking=non_blocking), self.lengths.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "PaddedTokens":
+        return PaddedTokens(self.ids.pin_memory(), self.lengths.pin_memory())
+
+    @property
+    def batch_size(self) -> int:
+        return self.ids.shape[0]
+
+
+@dataclass(frozen=True)
+class Pixels:
+    """Normalised images, ready for the backbone."""
+
+    kind: ClassVar[str] = "image"
+    images: Tensor  # (B, 3, H, W)
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Pixels":
+        return Pixels(self.images.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "Pixels":
+        return Pixels(self.images.pin_memory())
+
+
+@dataclass(frozen=True)
+class GridFeatures:
+    """The frozen backbone's pooled grid, computed earlier (e.g. read from the feature cache)."""
+
+    kind: ClassVar[str] = "image"
+    features: Tensor  # (B, C, g, g)
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "GridFeatures":
+        return GridFeatures(self.features.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "GridFeatures":
+        return GridFeatures(self.features.pin_memory())
+
+
+Source = Union[PaddedTokens, Pixels, GridFeatures]
+
+
+# -- what the decoder attends over --------------------------------------------------------------------
 @dataclass(frozen=True)
 class Tokens:
     """Memory positions are source tokens."""
 
     lengths: Tensor  # (B,) number of real tokens per row
-    tokens: tuple[tuple[str, ...], ...] | None = None  # source words, for plots
 
 
 @dataclass(frozen=True)
@@ -59,20 +115,6 @@ class EncoderOutput:
     @property
     def batch_size(self) -> int:
         return self.memory.shape[0]
-
-    def select(self, index: Tensor) -> "EncoderOutput":
-        """Rows ``index`` of the batch (used to expand a batch for beam search)."""
-        layout = self.layout
-        if isinstance(layout, Tokens):
-            tokens = None if layout.tokens is None else tuple(layout.tokens[i] for i in index.tolist())
-            layout = Tokens(layout.lengths[index.to(layout.lengths.device)], tokens)
-        return replace(
-            self,
-            memory=self.memory.index_select(0, index),
-            mask=self.mask.index_select(0, index),
-            init_state=self.init_state.index_select(0, index),
-            layout=layout,
-        )
 
 
 @runtime_checkable

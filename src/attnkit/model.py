@@ -8,15 +8,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor, nn
 
 from attnkit.config import ExperimentConfig, TrainConfig
-from attnkit.data.batching import Batch, PaddedTokens
+from attnkit.data.batching import Batch
 from attnkit.decoder import AttentionDecoder, DecoderOutput
-from attnkit.encoders.image import GridFeatures, ImageEncoder, Pixels
+from attnkit.encoders.image import ImageEncoder
 from attnkit.encoders.text import TextEncoder
 from attnkit.errors import UserError
-from attnkit.interfaces import Encoder, EncoderOutput
+from attnkit.interfaces import Encoder, EncoderOutput, Source
 from attnkit.vocab import Vocabulary
 
 MULTITASK = "multitask"  # the task name of a joint model; it captions and translates
@@ -42,15 +43,6 @@ class EncoderDecoder(nn.Module):
         return self.decoder(self.encode(batch.source), batch.target[:, :-1], teacher_forcing)
 
 
-def source_kind(source) -> str:
-    """"text" for token ids, "image" for pixels or cached grid features: which encoder reads a source."""
-    if isinstance(source, PaddedTokens):
-        return "text"
-    if isinstance(source, (Pixels, GridFeatures)):
-        return "image"
-    raise TypeError(f"no encoder reads sources of type {type(source).__name__}")
-
-
 class MultiTaskModel(EncoderDecoder):
     """Several encoders, one decoder: target embeddings, attention and output layer are shared.
 
@@ -68,8 +60,8 @@ class MultiTaskModel(EncoderDecoder):
             raise UserError(f"this model has no {kind} encoder (it has {', '.join(self.encoders)})")
         return self.encoders[kind]
 
-    def encode(self, source) -> EncoderOutput:
-        return self.encoder_for(source_kind(source))(source)
+    def encode(self, source: Source) -> EncoderOutput:
+        return self.encoder_for(source.kind)(source)
 
 
 def _decoder_for(config: ExperimentConfig, encoder: Encoder, target_vocab: Vocabulary) -> AttentionDecoder:
@@ -101,6 +93,17 @@ def build_multitask_model(config: ExperimentConfig, source_vocab: Vocabulary, ta
     return MultiTaskModel({"image": image, "text": text}, _decoder_for(config, text, target_vocab))
 
 
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def describe_parameters(model: nn.Module) -> str:
+    """"model: N parameters (M trainable)", for the training log."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = count_parameters(model)
+    return f"model: {total:,} parameters" + (f" ({trainable:,} trainable)" if trainable != total else "")
+
+
 def build_model(task: str, config: ExperimentConfig, vocabularies: Mapping[str, Sequence[str]], load_weights: bool = True) -> EncoderDecoder:
     """The model of a checkpoint's ``task`` (its vocabularies as saved); ``load_weights=False`` when weights follow."""
     target = Vocabulary(vocabularies["target"])
@@ -116,10 +119,21 @@ def build_model(task: str, config: ExperimentConfig, vocabularies: Mapping[str, 
 
 @dataclass(frozen=True)
 class LossOutput:
-    loss: Tensor  # scalar to minimise: mean (smoothed) token cross-entropy + attention regulariser
-    nll_sum: Tensor  # detached scalar: summed unsmoothed token negative log-likelihood, for perplexity
+    """A batch's loss as sums and their counts, so several ranks can normalise by the global batch's counts."""
+
+    token_loss_sum: Tensor  # scalar: summed (smoothed) token cross-entropy
     tokens: Tensor  # detached scalar: predicted target tokens in the batch
+    penalty_sum: Tensor  # scalar: summed per-example attention regulariser (lambda included; 0 without)
+    examples: Tensor  # detached scalar: examples in the batch
+    nll_sum: Tensor  # detached scalar: summed unsmoothed token negative log-likelihood, for perplexity
     # Statistics stay tensors so the trainer can add them up without a device sync every batch.
+
+    def loss(self, tokens: Tensor | None = None, examples: Tensor | None = None) -> Tensor:
+        """The scalar to minimise: mean token loss + mean regulariser, over this batch, or over a larger
+        batch it is part of when given that batch's ``tokens`` and ``examples``."""
+        tokens = self.tokens if tokens is None else tokens
+        examples = self.examples if examples is None else examples
+        return self.token_loss_sum / tokens.clamp(min=1) + self.penalty_sum / examples.clamp(min=1)
 
 
 @dataclass(frozen=True)
@@ -129,11 +143,12 @@ class Seq2SeqObjective:
     label_smoothing: float = 0.0
     attention_regularization: float = 0.0  # lambda in lambda * sum_l (1 - sum_t alpha_tl)^2 (Xu et al. 2015)
     teacher_forcing: float = 1.0
-    pad_index: int = 0
+    pad_index: int = Vocabulary.pad_index
+    bos_index: int = Vocabulary.bos_index  # with pad_index, never a target: label smoothing gives it no mass
 
     @classmethod
-    def from_config(cls, train: TrainConfig, pad_index: int) -> "Seq2SeqObjective":
-        return cls(train.label_smoothing, train.attention_regularization, train.teacher_forcing, pad_index)
+    def from_config(cls, train: TrainConfig, pad_index: int, bos_index: int = Vocabulary.bos_index) -> "Seq2SeqObjective":
+        return cls(train.label_smoothing, train.attention_regularization, train.teacher_forcing, pad_index, bos_index)
 
     def __call__(self, model: nn.Module, batch: Batch) -> LossOutput:
         output: DecoderOutput = model(batch, teacher_forcing=self.teacher_forcing)
@@ -144,20 +159,26 @@ class Seq2SeqObjective:
         log_probs = output.logits.float().log_softmax(-1)  # (B, T, V)
         nll = -log_probs.gather(-1, gold.unsqueeze(-1)).squeeze(-1)  # (B, T)
         token_loss = nll
-        if self.label_smoothing > 0:  # as F.cross_entropy: (1 - eps) * nll + eps * mean over the vocabulary of -log p
-            token_loss = (1.0 - self.label_smoothing) * nll - self.label_smoothing * log_probs.mean(-1)
-        loss = (token_loss * is_token).sum() / tokens.clamp(min=1)
+        if self.label_smoothing > 0:
+            # (1 - eps) * nll + eps * mean of -log p over the words a target can be: all but <pad> and <bos>.
+            # Summing all and taking the two back out spares a second (B, T, V) tensor.
+            never = sorted({self.pad_index, self.bos_index})
+            allowed = log_probs.shape[-1] - len(never)
+            smoothed = -(log_probs.sum(-1) - log_probs[..., never].sum(-1)) / allowed  # (B, T)
+            token_loss = (1.0 - self.label_smoothing) * nll + self.label_smoothing * smoothed
+        penalty_sum = token_loss.new_zeros(())
         if self.attention_regularization > 0:
-            loss = loss + self.attention_regularization * doubly_stochastic_penalty(output, is_token)
-        return LossOutput(loss, (nll.detach() * is_token).sum(), tokens)
+            penalty_sum = self.attention_regularization * doubly_stochastic_penalty(output, is_token).sum()
+        examples = torch.tensor(gold.shape[0], device=gold.device)
+        return LossOutput((token_loss * is_token).sum(), tokens, penalty_sum, examples, (nll.detach() * is_token).sum())
 
 
 def doubly_stochastic_penalty(output: DecoderOutput, target_mask: Tensor) -> Tensor:
-    """Mean over the batch of the per-position mean of (1 - sum_t alpha_tl)^2 over real memory positions.
+    """Per example, the mean over real memory positions of (1 - sum_t alpha_tl)^2. (B,)
 
     Encourages every position to receive about one unit of attention over the whole
     output (Show-Attend-Tell); ``target_mask`` (B, T) drops padded target steps.
     """
     coverage = (output.attention.float() * target_mask.unsqueeze(-1)).sum(1)  # (B, L)
     squared = (1.0 - coverage).pow(2) * output.mask  # (B, L)
-    return (squared.sum(1) / output.mask.sum(1)).mean()
+    return squared.sum(1) / output.mask.sum(1)  # (B,)

@@ -31,9 +31,9 @@ from attnkit.data.batching import BucketBatchSampler, TaskMixSampler
 from attnkit.data.captions import image_root, read_caption_split
 from attnkit.data.text import collate_pairs, read_parallel, resolve_languages
 from attnkit.errors import UserError
-from attnkit.model import MULTITASK, Seq2SeqObjective, build_multitask_model
-from attnkit.train import CheckpointContents, Trainer, TrainingProgress, claim_run_dir, run_training
-from attnkit.translation import TextPipeline, count_parameters, translation_validation
+from attnkit.model import MULTITASK, Seq2SeqObjective, build_multitask_model, describe_parameters
+from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
+from attnkit.translation import TextPipeline, translation_validation
 
 TASK = MULTITASK
 
@@ -73,25 +73,18 @@ def joint_pipelines(checkpoint: Checkpoint) -> tuple[TextPipeline, CaptionPipeli
     return text, CaptionPipeline(text.target_tokenizer, text.target_vocab, text.target_lang)
 
 
-def train_multitask(
-    config: ExperimentConfig, resume: Checkpoint | None = None, overwrite: bool = False, progress_bar: bool = True, log=print
-) -> TrainingProgress:
-    """Train (or continue) a joint captioning + translation model; checkpoints go to ``config.run_dir``."""
+def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, context: RunContext) -> TaskSetup:
+    """The joint task's two datasets, mixed batch by batch, its model and the validation of both tasks."""
     if not config.data.text_path:
         raise UserError("task multitask needs data.text_path (a parallel-text dataset) besides data.path (a captioning dataset)")
-    if not 0.0 <= config.train.caption_share <= 1.0:
-        raise UserError(f"train.caption_share must be between 0 and 1, got {config.train.caption_share}")
-    run_dir = claim_run_dir(config, resume is not None, overwrite)
     source_lang, target_lang = resolve_languages(config.data.text_path, config.data.source_lang, config.data.target_lang)
     config = replace(config, data=replace(config.data, source_lang=source_lang, target_lang=target_lang))
     captions_folder = Path(config.data.path)
     root = image_root(captions_folder)
-    train_items, valid_items = read_caption_split(captions_folder, "train"), read_caption_split(captions_folder, "valid")
+    train_items = read_caption_split(captions_folder, "train")
+    valid_items = validation_subset(read_caption_split(captions_folder, "valid"), config.train)
     train_pairs = read_parallel(config.data.text_path, "train", source_lang, target_lang)
-    valid_pairs = read_parallel(config.data.text_path, "valid", source_lang, target_lang)
-    if config.train.valid_max_examples > 0:
-        valid_items, valid_pairs = valid_items[: config.train.valid_max_examples], valid_pairs[: config.train.valid_max_examples]
-    torch.manual_seed(config.train.seed)
+    valid_pairs = validation_subset(read_parallel(config.data.text_path, "valid", source_lang, target_lang), config.train)
 
     if resume is not None:
         text, captions = joint_pipelines(resume)
@@ -102,21 +95,15 @@ def train_multitask(
     model = build_multitask_model(config, text.source_vocab, text.target_vocab, load_weights=resume is None)
     image_encoder = model.encoder_for("image")
     config = record_weights(config, image_encoder)
-    caption_set, collate_captions, cache = caption_training_set(config, image_encoder, captions, train_items, root, log)
+    caption_set, collate_captions, cache = caption_training_set(config, image_encoder, captions, train_items, root, context)
     text_set = text.encode_pairs(train_pairs, config.data.max_source_length, config.data.max_target_length)
     mix = TaskMixDataset({"image": caption_set, "text": text_set})
     share = config.train.caption_share
-    batches = TaskMixSampler(
-        [BucketBatchSampler(caption_set.lengths, config.train.batch_size, seed=config.train.seed), BucketBatchSampler(text_set.lengths, config.train.batch_size, seed=config.train.seed)],
-        mix.offsets,
-        [share, 1.0 - share],
-        seed=config.train.seed,
-    )
-    log(
-        f"multitask: {len(caption_set)} captions of {len(caption_set.paths)} images and {len(text_set)} {source_lang}->{target_lang} pairs; "
-        f"{share:.0%} of the batches caption; vocabulary {len(text.source_vocab)} / {len(text.target_vocab)} (shared by both tasks)"
-    )
-    log(f"model: {count_parameters(model):,} parameters ({sum(p.numel() for p in model.parameters() if p.requires_grad):,} trainable)")
+    seed = config.train.seed
+
+    def batches(batch_size: int) -> TaskMixSampler:
+        tasks = [BucketBatchSampler(caption_set.lengths, batch_size, seed=seed), BucketBatchSampler(text_set.lengths, batch_size, seed=seed)]
+        return TaskMixSampler(tasks, mix.offsets, [share, 1.0 - share], seed=seed)
 
     def validate(trained: nn.Module) -> dict:
         caption = caption_validation(trained, captions, config, valid_items, root, cache) if share > 0 else {}
@@ -124,18 +111,28 @@ def train_multitask(
         scores = [s for s in (caption.get("bleu4"), translation.get("bleu")) if s is not None]
         return {**{f"caption_{k}": v for k, v in caption.items()}, **translation, "score": round(sum(scores) / len(scores), 2)}
 
-    trainer = Trainer(
+    notes = [
+        f"multitask: {len(caption_set)} captions of {len(caption_set.paths)} images and {len(text_set)} {source_lang}->{target_lang} pairs; "
+        f"{share:.0%} of the batches caption; vocabulary {len(text.source_vocab)} / {len(text.target_vocab)} (shared by both tasks)",
+        describe_parameters(model),
+    ]
+    return TaskSetup(
+        config,
         model,
         Seq2SeqObjective.from_config(config.train, text.target_vocab.pad_index),
         mix,
         collate_task_mix({"image": collate_captions, "text": collate_pairs}),
         validate,
-        config.train,
-        run_dir,
-        CheckpointContents(TASK, to_dict(config), text.vocabularies),
-        progress_bar=progress_bar,
-        log=log,
-        parameter_groups=parameter_groups(model, image_encoder, config),
-        batch_sampler=batches,
+        text.vocabularies,
+        parameter_groups(model, image_encoder, config),
+        batches,
+        idle_parameters=True,  # a captioning batch leaves the text encoder without gradients, and the other way round
+        notes=notes,
     )
-    return run_training(trainer, config, resume, log)
+
+
+def train_multitask(
+    config: ExperimentConfig, resume: Checkpoint | None = None, overwrite: bool = False, progress_bar: bool = True, log=print
+) -> TrainingProgress:
+    """Train (or continue) a joint captioning + translation model; checkpoints go to ``config.run_dir``."""
+    return train_recipe(config, TASK, prepare_multitask, resume, overwrite, progress_bar, log)

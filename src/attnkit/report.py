@@ -1,6 +1,10 @@
-"""A self-contained HTML report of one cross-modal comparison.
+"""What a cross-modal comparison writes: the self-contained HTML report, the figure and the statistics.
 
-One file, no external resources: the image and one attention overlay per target
+:func:`write_comparison` writes one image + sentence's figure, report and
+statistics JSON; :func:`compare_scenes` scores generated scenes with ground
+truth (metrics JSON, distribution plots) and writes the comparison of one.
+
+The report is one file, with no external resources: the image and one attention overlay per target
 word are embedded as PNG data URLs. Hovering over or clicking a target word shows
 its map over the image next to its weights over the source words, with the
 word's statistics; a table lists every word's statistics for both modalities.
@@ -14,9 +18,13 @@ import io
 import json
 from pathlib import Path
 
-from attnkit.comparison import Comparison
+from attnkit.comparison import AttentionComparer, Comparison, evaluate_scenes
+from attnkit.data.scenes import generate_scenes
+from attnkit.errors import UserError
 from attnkit.files import write_text_atomic
-from attnkit.viz import overlays
+from attnkit.viz import overlays, plot_cross_modal, plot_distributions
+
+SCENE_SPLITS = ("test", "compositional")  # in-distribution held-out scenes, then unseen colour-shape pairs
 
 
 def _png_data_url(image) -> str:
@@ -123,3 +131,50 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
 </body></html>
 """
     return write_text_atomic(path, document)
+
+
+def write_comparison(comparer: AttentionComparer, image, source: str, target: str | None, out: Path, title: str = "", log=print) -> list[tuple[Path, str]]:
+    """The PNG, HTML report and statistics JSON of one image + sentence."""
+    comparison = comparer.compare([image], [source], None if target is None else [target])[0]
+    statistics = comparison.statistics()
+    sentence = " ".join(comparison.target_words[:-1])
+    out.mkdir(parents=True, exist_ok=True)
+    png = plot_cross_modal(image, comparison, out / "comparison.png", title=title or sentence)
+    html = write_report(out / "report.html", image, comparison, statistics)
+    record = {"target": sentence, "target_given": target is not None, "source_words": comparison.source_words, "grid": list(comparison.grid), **statistics}
+    stats = write_text_atomic(out / "statistics.json", json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    log(f"target: {sentence}\nimage attention: {statistics['image']}\ntext attention:  {statistics['text']}")
+    return [(png, "each target word's attention over the image (top) and over the source words (bottom)"), (html, "interactive report"), (stats, "statistics")]
+
+
+def compare_scenes(comparer: AttentionComparer, out: Path, count: int, seed: int = 0, size: int = 128, beam: int | None = None, log=print) -> list[tuple[Path, str]]:
+    """Metrics JSON and distribution plots on ``count`` generated scenes per split, and the comparison of one scene."""
+    if comparer.translator.pipeline.source_lang != "fr" or comparer.translator.pipeline.target_lang != "en":
+        raise UserError("generated scenes are described in French and English: this needs a French -> English model trained on scenes")
+    if count < 1:
+        raise UserError("the number of scenes must be at least 1")
+    metrics: dict = {"seed": seed, "scene_size": size}
+    distributions = {}
+    for split in SCENE_SPLITS:
+        scenes = generate_scenes(count, seed, split, size)
+        result = evaluate_scenes(comparer, scenes, beam_size=beam)
+        distributions[split] = result.pop("distributions")
+        metrics[split] = result
+        grounding = result["grounding"]
+        log(
+            f"{split}: caption BLEU-4 {result['captioning']['bleu4']}, exact {result['captioning']['exact_match']}%; "
+            f"translation BLEU {result['translation']['bleu']}; pointing {grounding['pointing_hit_rate']}%, "
+            f"in-box mass {grounding['in_box_mass']}, AER {grounding['aer']}"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    metrics_json = write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    series = {
+        f"{statistic.replace('_', ' ')}": {f"{modality} ({split})": distributions[split][f"{modality}_{statistic}"] for split in SCENE_SPLITS for modality in ("image", "text")}
+        for statistic in ("normalised_entropy", "peak")
+    }
+    plot = plot_distributions(series, out / "distributions.png", title=f"attention per target word, {count} scenes per split")
+    example = generate_scenes(1, seed, "test", size)[0]
+    sentence = example.sentences[0]
+    outputs = [(metrics_json, "quality, grounding and attention statistics per split"), (plot, "entropy and peak weight per modality")]
+    outputs += write_comparison(comparer, example.image(), sentence.french_text, sentence.english_text, out / "example", log=log)
+    return outputs

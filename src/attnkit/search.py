@@ -12,6 +12,7 @@ returned with ``finished=False``: search always gives an answer.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import torch
@@ -48,7 +49,8 @@ def _limits(encoded: EncoderOutput, max_length: int | Tensor) -> Tensor:
 
 
 def _crop(attention: Tensor, mask: Tensor) -> Tensor:
-    return attention[:, mask].float().cpu()  # (T, L_real)
+    """Attention rows (T, L) on the CPU -> their real memory positions (T, L_real)."""
+    return attention[:, mask]  # (T, L_real)
 
 
 @torch.no_grad()
@@ -68,9 +70,9 @@ def greedy_search(
         out = decoder.step(previous, state)
         state = out.state
         best_log_prob, best = torch.log_softmax(out.logits.float(), -1).max(-1)  # (B,), (B,)
-        tokens.append(best.cpu())
+        tokens.append(best.cpu())  # the step's one device->host copy: has every sentence ended?
         attention.append(out.attention)
-        log_probs.append(best_log_prob.cpu())
+        log_probs.append(best_log_prob)
         lengths += running.long()
         ended |= running & (tokens[-1] == eos)
         running &= (tokens[-1] != eos) & (t + 1 < limits)
@@ -78,8 +80,9 @@ def greedy_search(
             break
         previous = best
     tokens_bt = torch.stack(tokens, 1)  # (B, T)
-    attention_bt = torch.stack(attention, 1)  # (B, T, L)
-    log_probs_bt = torch.stack(log_probs, 1)  # (B, T)
+    attention_bt = torch.stack(attention, 1).float().cpu()  # (B, T, L)
+    log_probs_bt = torch.stack(log_probs, 1).cpu()  # (B, T)
+    mask = encoded.mask.cpu()
     hypotheses = []
     for i in range(batch):
         n = int(lengths[i])
@@ -90,7 +93,7 @@ def greedy_search(
                 tokens=tokens_bt[i, : n - finished].tolist(),
                 score=log_prob / length_penalty(n, alpha),
                 log_prob=log_prob,
-                attention=_crop(attention_bt[i, :n], encoded.mask[i]),
+                attention=_crop(attention_bt[i, :n], mask[i]),
                 finished=finished,
             )
         )
@@ -112,13 +115,23 @@ def beam_search(
 
     Each step ranks the 2K best continuations of every sentence: those that end
     in <eos> within the first K ranks are finished, the K best others live on. A
-    sentence stops once its ``n_best`` best finished hypotheses all score at least
-    as well as its best live one (or at its length limit), and leaves the batch so
-    later steps cost less. Stopping at K finished hypotheses instead would let an
+    sentence stops once no live hypothesis can enter its ``n_best`` best finished
+    ones any more (or at its length limit), and leaves the batch so later steps
+    cost less. Stopping at K finished hypotheses instead would let an
     overconfident model end on K short, unlikely hypotheses (each <eos> ranked just
-    behind a near-certain live word) while the best one is still growing. With a
-    length penalty (``alpha`` > 0) a live score can still rise, so the rule is the
-    usual heuristic there; with raw log-probabilities it is exact.
+    behind a near-certain live word) while the best one is still growing.
+
+    The rule is exact with a length penalty too: a live hypothesis's
+    log-probability only falls as words are added, but its score (log_prob /
+    length penalty) can rise as the penalty grows, so the best live hypothesis is
+    bounded by its log-probability over the penalty at the sentence's length limit
+    (log-probabilities are <= 0, so the largest penalty gives the best score it can
+    still reach). With raw log-probabilities (``alpha`` 0) the bound is its score.
+
+    Each step keeps only what it adds (the words chosen, their parent rows, the
+    attention rows); the chosen hypotheses are rebuilt from these backpointers at
+    the end, so a step costs the same at any length (no O(T) history copy). The
+    host reads each step's outcome through one device->host copy.
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must be between 1 and the beam size ({beam_size}), got {n_best}")
@@ -130,90 +143,139 @@ def beam_search(
     scores = torch.full((batch, k), float("-inf"), device=device)
     scores[:, 0] = 0.0  # (B, K) only the first beam is live before the first step
     previous = torch.full((batch * k,), bos, dtype=torch.long, device=device)
-    history = torch.zeros(batch * k, 0, dtype=torch.long, device=device)  # (B*K, t) words so far
-    history_attention = encoded.memory.new_zeros(batch * k, 0, encoded.memory.shape[1])  # (B*K, t, L)
     active = list(range(batch))  # sentence ids in the rows of the state, K rows each
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    unfinished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    # Per step t, on the host: for every row of step t+1, its input word and its parent row in step t's batch
+    # (sentences leave between steps, so row numbers are per step); on the device: the attention of step t's rows.
+    inputs: list[Tensor] = []  # (A_{t+1}*K,) each
+    parents: list[Tensor] = []  # (A_{t+1}*K,) each
+    step_attention: list[Tensor] = []  # (A_t*K, L) each
+    endings: list[list[_Ending]] = [[] for _ in range(batch)]  # finished hypotheses, in the order they ended
+    unfinished: list[list[_Ending]] = [[] for _ in range(batch)]
+    best_finished: list[list[float]] = [[] for _ in range(batch)]  # min-heaps of the n_best best finished scores
 
     for t in range(int(limits.max())):
         out = decoder.step(previous, state)
+        step_attention.append(out.attention)
         log_probs = torch.log_softmax(out.logits.float(), -1)  # (A*K, V)
         vocab = log_probs.shape[-1]
         candidates = (scores.view(-1, 1) + log_probs).view(len(active), k * vocab)  # (A, K*V)
         top_scores, top_ids = candidates.topk(2 * k, dim=1)  # (A, 2K)
         origin = top_ids // vocab  # (A, 2K) beam each candidate extends
         words = top_ids % vocab  # (A, 2K)
-        is_eos = words == eos
         # The K best candidates that do not end: sort key pushes <eos> candidates behind all others.
         rank = torch.arange(2 * k, device=device).expand_as(words)
-        alive = (rank + is_eos * 2 * k).topk(k, dim=1, largest=False).indices.sort(dim=1).values  # (A, K)
+        alive = (rank + (words == eos) * 2 * k).topk(k, dim=1, largest=False).indices.sort(dim=1).values  # (A, K)
         alive_scores = top_scores.gather(1, alive)  # (A, K)
         alive_origin = origin.gather(1, alive)
         alive_words = words.gather(1, alive)
 
-        row_base = torch.arange(len(active), device=device).unsqueeze(1) * k  # (A, 1)
-        parent_rows = (row_base + origin).view(-1)  # (A*2K,) rows of each candidate's parent
-        step_attention = out.attention  # (A*K, L)
-
-        # Few candidates end per step: find them on the device, collect them on the CPU.
-        ends = (is_eos[:, :k] & (top_scores[:, :k] > float("-inf"))).nonzero().tolist()  # [(a, r), ...] within the K best
-        if ends:
-            cpu_scores, cpu_parent = top_scores.cpu(), parent_rows.view(len(active), 2 * k).cpu()
-        for a, r in ends:
-            row = int(cpu_parent[a, r])
-            attention = torch.cat([history_attention[row], step_attention[row : row + 1]], 0)
-            finished[active[a]].append(_hypothesis(history[row], float(cpu_scores[a, r]), attention, encoded.mask[active[a]], alpha, True))
-        best_alive = (alive_scores[:, 0] / length_penalty(t + 1, alpha)).tolist()  # (A,) rank 0 is the best live one
-        done = []
+        # The step's one device->host copy; the bookkeeping below runs on the host.
+        h_scores, h_words, h_origin, h_alive_scores, h_alive_words, h_alive_origin = _to_host(
+            top_scores[:, :k], words[:, :k], origin[:, :k], alive_scores, alive_words, alive_origin
+        )  # (A, K) each
+        end_a, end_r = ((h_words == eos) & (h_scores > float("-inf"))).nonzero().unbind(1)  # (E,) each: those within the K best
+        end_rows = (end_a * k + h_origin[end_a, end_r]).tolist()  # their parents' rows
+        for a, log_prob, row in zip(end_a.tolist(), h_scores[end_a, end_r].tolist(), end_rows):
+            sentence = active[a]
+            ending = _Ending(log_prob / length_penalty(t + 1, alpha), log_prob, t, row, eos, True)
+            endings[sentence].append(ending)
+            heapq.heappush(best_finished[sentence], ending.score)
+            if len(best_finished[sentence]) > n_best:
+                heapq.heappop(best_finished[sentence])
+        live_scores, live_words, live_origin = h_alive_scores.tolist(), h_alive_words.tolist(), h_alive_origin.tolist()
+        keep = []
         for a, sentence in enumerate(active):
-            at_limit = t + 1 >= limit_list[sentence]
-            if at_limit and len(finished[sentence]) < n_best:
-                for r in range(k):
-                    if alive_scores[a, r] > float("-inf"):
-                        row = int(row_base[a, 0] + alive_origin[a, r])
-                        tokens = torch.cat([history[row], alive_words[a, r : r + 1]])
-                        attention = torch.cat([history_attention[row], step_attention[row : row + 1]], 0)
-                        unfinished[sentence].append(_hypothesis(tokens, float(alive_scores[a, r]), attention, encoded.mask[sentence], alpha, False))
-            done.append(at_limit or _settled(finished[sentence], n_best, best_alive[a]))
-
-        keep = [a for a, is_done in enumerate(done) if not is_done]
+            limit = limit_list[sentence]
+            if t + 1 >= limit:
+                if len(best_finished[sentence]) < n_best:
+                    penalty = length_penalty(t + 1, alpha)
+                    for log_prob, word, beam in zip(live_scores[a], live_words[a], live_origin[a]):
+                        if log_prob > float("-inf"):
+                            unfinished[sentence].append(_Ending(log_prob / penalty, log_prob, t, a * k + beam, word, False))
+                continue
+            # Rank 0 is the best live hypothesis; the largest penalty it can still reach bounds its score.
+            bound = live_scores[a][0] / max(length_penalty(t + 2, alpha), length_penalty(limit, alpha))
+            if not _settled(best_finished[sentence], n_best, bound):
+                keep.append(a)
         if not keep:
             break
-        keep_index = torch.tensor(keep, device=device)
-        rows = (row_base[keep_index] + alive_origin[keep_index]).view(-1)  # (A'*K,) parents of the surviving beams
-        history = torch.cat([history[rows], alive_words[keep_index].view(-1, 1)], 1)  # (A'*K, t+1)
-        history_attention = torch.cat([history_attention[rows], step_attention[rows].unsqueeze(1)], 1)  # (A'*K, t+1, L)
+        h_keep = torch.tensor(keep)
+        inputs.append(h_alive_words[h_keep].view(-1))  # (A'*K,)
+        parents.append((h_keep.unsqueeze(1) * k + h_alive_origin[h_keep]).view(-1))  # (A'*K,) rows of step t
+        keep_index = h_keep.to(device)  # a few ids the other way; the device has nothing queued to wait for here
+        rows = (keep_index.unsqueeze(1) * k + alive_origin[keep_index]).view(-1)  # (A'*K,) parents of the surviving beams
         state = out.state.select_beams(rows, keep_index)
         scores = alive_scores[keep_index]  # (A', K)
-        previous = alive_words[keep_index].view(-1)
+        previous = alive_words[keep_index].view(-1)  # (A'*K,)
         active = [active[a] for a in keep]
 
-    results = []
+    chosen = []
     for sentence in range(batch):
-        ranked = sorted(finished[sentence], key=lambda h: -h.score)[:n_best]
+        ranked = sorted(endings[sentence], key=lambda e: -e.score)[:n_best]
         if len(ranked) < n_best:
-            ranked += sorted(unfinished[sentence], key=lambda h: -h.score)[: n_best - len(ranked)]
-        results.append(ranked)
+            ranked += sorted(unfinished[sentence], key=lambda e: -e.score)[: n_best - len(ranked)]
+        chosen.append(ranked)
+    return _rebuild(chosen, inputs, parents, step_attention, encoded.mask)
+
+
+@dataclass(frozen=True)
+class _Ending:
+    """Where a hypothesis left the beam: enough to rebuild it from the backpointers if it is chosen."""
+
+    score: float
+    log_prob: float
+    step: int  # t: the hypothesis took t + 1 output steps
+    row: int  # its row in step t's batch
+    word: int  # the word it took at step t (<eos> when finished)
+    finished: bool
+
+
+def _settled(best_finished: list[float], n_best: int, bound: float) -> bool:
+    """Can no live hypothesis (scores at most ``bound``) enter the ``n_best`` finished ones (a min-heap of their scores) any more?"""
+    return len(best_finished) >= n_best and best_finished[0] >= bound
+
+
+def _to_host(*tensors: Tensor) -> list[Tensor]:
+    """(A, n_i) tensors on the CPU through one device->host copy: float64 holds float32 scores and ids below 2**53 exactly."""
+    if tensors[0].device.type == "cpu":
+        return list(tensors)
+    host = torch.cat([x.double() for x in tensors], 1).cpu()  # (A, sum n_i)
+    return [part.to(x.dtype) for part, x in zip(host.split([x.shape[1] for x in tensors], 1), tensors)]
+
+
+def _rebuild(
+    chosen: list[list[_Ending]], inputs: list[Tensor], parents: list[Tensor], step_attention: list[Tensor], mask: Tensor
+) -> list[list[Hypothesis]]:
+    """The chosen hypotheses of every sentence, their tokens and attention rows found by following the backpointers."""
+    flat = [ending for ranked in chosen for ending in ranked]
+    if not flat:
+        return [[] for _ in chosen]
+    # Number the rows of all steps one after the other; step 0's rows (all <bos>) are their own parents.
+    sizes = [attention.shape[0] for attention in step_attention]
+    offsets = [0]
+    for size in sizes[:-1]:
+        offsets.append(offsets[-1] + size)
+    parent = torch.cat([torch.arange(sizes[0])] + [p + offsets[s] for s, p in enumerate(parents)])  # (rows,)
+    word = torch.cat([torch.zeros(sizes[0], dtype=torch.long)] + inputs)  # (rows,) input word of each row
+    current = torch.tensor([offsets[e.step] + e.row for e in flat])  # (H,)
+    steps = [e.step + 1 for e in flat]
+    backwards = torch.empty(len(flat), max(steps), dtype=torch.long)  # (H, T) column i: the row i steps before the end
+    for i in range(max(steps)):
+        backwards[:, i] = current
+        current = parent[current]
+    paths = [backwards[h, :n].flip(0) for h, n in enumerate(steps)]  # (T_h,) rows from the first step on
+    index = torch.cat(paths).to(step_attention[0].device)
+    attention = torch.cat(step_attention).index_select(0, index).float().cpu().split(steps)  # (T_h, L) each
+    mask = mask.cpu()
+    results, h = [], 0
+    for sentence, ranked in enumerate(chosen):
+        hypotheses = []
+        for ending in ranked:
+            tokens = word[paths[h][1:]].tolist() + ([] if ending.finished else [ending.word])
+            hypotheses.append(Hypothesis(tokens, ending.score, ending.log_prob, _crop(attention[h], mask[sentence]), ending.finished))
+            h += 1
+        results.append(hypotheses)
     return results
-
-
-def _settled(finished: list[Hypothesis], n_best: int, best_alive: float) -> bool:
-    """Can no live hypothesis (best score ``best_alive``) enter the ``n_best`` finished ones any more?"""
-    if len(finished) < n_best:
-        return False
-    return sorted((h.score for h in finished), reverse=True)[n_best - 1] >= best_alive
-
-
-def _hypothesis(tokens: Tensor, log_prob: float, attention: Tensor, mask: Tensor, alpha: float, finished: bool) -> Hypothesis:
-    steps = attention.shape[0]
-    return Hypothesis(
-        tokens=tokens.tolist(),
-        score=log_prob / length_penalty(steps, alpha),
-        log_prob=log_prob,
-        attention=_crop(attention, mask),
-        finished=finished,
-    )
 
 
 def search(

@@ -1,12 +1,17 @@
-"""A model-agnostic trainer: the loop that could train any network.
+"""A model-agnostic trainer, and the one recipe path every task trains through.
 
-It knows nothing about modalities: it gets a model, an objective
-``(model, batch) -> LossOutput``, a dataset with ``lengths`` for bucketing, a
-collate function and an ``evaluate(model) -> {"score": ..., ...}`` callback for
-validation (higher is better; for translation, BLEU of free-running decoding).
-It handles device and mixed precision, gradient clipping, the plateau LR
-schedule, early stopping, a JSONL log of every epoch, best/last checkpoints,
-``--resume``, and DistributedDataParallel when launched with ``torchrun``.
+:class:`Trainer` knows nothing about modalities: it gets a model, an objective
+``(model, batch) -> LossOutput``, a dataset, a collate function and an
+``evaluate(model) -> {"score": ..., ...}`` callback for validation (higher is
+better; for translation, BLEU of free-running decoding). It handles device and
+mixed precision, gradient clipping, the plateau LR schedule, early stopping, a
+JSONL log of every epoch, best/last checkpoints, ``--resume`` and
+DistributedDataParallel when launched with ``torchrun``.
+
+:func:`train_recipe` is the prologue every task shares: join the process group,
+check the run folder, seed, let the task read its data and build its model
+(:class:`TaskSetup`), claim the folder, train. The tasks (translation,
+captioning, multitask) supply only what differs: a ``prepare`` function.
 """
 
 from __future__ import annotations
@@ -14,119 +19,26 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
-import shutil
 import time
+import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
 from attnkit.checkpoint import Checkpoint, save_checkpoint
-from attnkit.config import TrainConfig, save_config
+from attnkit.config import ExperimentConfig, TrainConfig, save_config, to_dict
 from attnkit.data.batching import BucketBatchSampler
+from attnkit.distributed import Distributed, ShardedBatchSampler, autocast, choose_threads, resolve_device, resolve_precision
 from attnkit.errors import UserError
+from attnkit.run_folder import RunFolder
 
 Evaluate = Callable[[nn.Module], dict[str, Any]]
-
-
-# -- device, precision, distribution ----------------------------------------------------------------
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> CUDA when present, else CPU; a clear error for devices that are not there."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"unknown device '{name}'; use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device '{name}' asked for, but CUDA is not available here; use device auto or cpu")
-    return device
-
-
-def resolve_precision(name: str, device: torch.device) -> torch.dtype:
-    """Autocast dtype: ``auto`` is bf16 on CUDA that supports it, fp16 on older CUDA, fp32 on CPU."""
-    choices = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-    if name == "auto":
-        if device.type != "cuda":
-            return torch.float32
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if name not in choices:
-        raise UserError(f"precision must be auto, fp32, bf16 or fp16, got '{name}'")
-    return choices[name]
-
-
-def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
-    if dtype == torch.float32:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
-
-
-@dataclass(frozen=True)
-class Distributed:
-    """Where this process sits in a ``torchrun`` job (rank 0 of 1 when run plainly)."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def enabled(self) -> bool:
-        return self.world_size > 1
-
-    @classmethod
-    def from_environment(cls) -> "Distributed":
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        return cls(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")))
-
-    def setup(self, device: torch.device) -> torch.device:
-        """Join the process group (NCCL on CUDA, gloo on CPU); returns this rank's device."""
-        if not self.enabled:
-            return device
-        if device.type == "cuda":
-            device = torch.device("cuda", self.local_rank)
-            torch.cuda.set_device(device)
-        if not dist.is_initialized():
-            dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-        return device
-
-
-class ShardedBatchSampler(torch.utils.data.Sampler[list[int]]):
-    """Each rank takes every ``world_size``-th batch; all ranks get the same number of batches."""
-
-    def __init__(self, batches: BucketBatchSampler, rank: int, world_size: int):
-        self.batches, self.rank, self.world_size = batches, rank, world_size
-
-    def set_epoch(self, epoch: int) -> None:
-        self.batches.set_epoch(epoch)
-
-    def __iter__(self):
-        batches = list(self.batches)
-        usable = len(batches) // self.world_size * self.world_size
-        return iter(batches[self.rank : usable : self.world_size])
-
-    def __len__(self) -> int:
-        return len(self.batches) // self.world_size
-
-
-# -- training ------------------------------------------------------------------------------------------
-def claim_run_dir(config, resuming: bool, overwrite: bool) -> Path:
-    """The run folder of ``config`` (an ExperimentConfig); a finished or running run there is kept unless ``overwrite``."""
-    run_dir = config.run_dir
-    if not resuming and (run_dir / "last.pt").exists():
-        if not overwrite:
-            raise UserError(f"{run_dir} already holds a run; continue it with --resume {run_dir / 'last.pt'}, or choose another output_dir")
-        shutil.rmtree(run_dir)
-    return run_dir
+BatchesFor = Callable[[int], torch.utils.data.Sampler]  # global batch size -> an epoch's batches (with set_epoch)
 
 
 @dataclass
@@ -134,10 +46,12 @@ class TrainingProgress:
     epoch: int = 0  # epochs completed
     step: int = 0  # optimizer steps taken
     best_score: float = -math.inf
+    best_epoch: int = 0  # the epoch best.pt holds
     bad_epochs: int = 0  # validations since the best one
     stopped: bool = False
     seconds: float = 0.0  # wall time of the completed epochs, validation included (kept across --resume)
     stop_reason: str = ""  # "" while running or after the last epoch; "early stopping" or "time budget"
+    run_id: str = ""  # names one run across --resume: a folder holding another run is not written over
 
 
 @dataclass(frozen=True)
@@ -147,6 +61,10 @@ class CheckpointContents:
     task: str
     config: dict[str, Any]
     vocabularies: dict[str, list[str]]
+
+
+def _silent(_: str) -> None:
+    pass
 
 
 class Trainer:
@@ -163,30 +81,36 @@ class Trainer:
         progress_bar: bool = True,
         log: Callable[[str], None] = print,
         parameter_groups: list[dict[str, Any]] | None = None,
-        batch_sampler: torch.utils.data.Sampler | None = None,
+        batches: BatchesFor | None = None,
+        idle_parameters: bool = False,
+        distributed: Distributed | None = None,
+        device: torch.device | None = None,
     ):
         """``parameter_groups``: Adam's groups (e.g. a lower learning rate for a fine-tuned backbone);
-        default: every parameter that requires a gradient, at ``config.lr``. ``batch_sampler``: the
-        batches of an epoch (it must have ``set_epoch``); default: length buckets of ``dataset.lengths``."""
+        default: every parameter that requires a gradient, at ``config.lr``. ``batches``: makes an epoch's
+        batches for a global batch size (``config.batch_size`` x ranks); default: length buckets of
+        ``dataset.lengths``. ``idle_parameters``: some parameters get no gradient in a step (a joint model's
+        other encoder), which DistributedDataParallel must be told. ``distributed`` / ``device``: where this
+        process runs (default: from the ``torchrun`` environment and ``config.device``; the group is joined here)."""
         self.config = config
         self.run_dir = Path(run_dir)
         self.contents = contents
         self.progress_bar = progress_bar
-        self.log = log
         self.objective = objective
         self.evaluate = evaluate
-        self.distributed = Distributed.from_environment()
-        self.device = self.distributed.setup(resolve_device(config.device))
+        self.distributed = distributed or Distributed.from_environment()
+        self.device = device or self.distributed.start(resolve_device(config.device))
         self.dtype = resolve_precision(config.precision, self.device)
-        if config.threads > 0:
-            torch.set_num_threads(config.threads)
+        self.log = log if self.distributed.is_main else _silent
 
         self.model = model.to(self.device)
-        self.train_model = (
-            nn.parallel.DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-            if self.distributed.enabled
-            else model
-        )
+        self.train_model = model
+        if self.distributed.enabled:
+            # With idle parameters DDP must look for them every step; every rank runs the same task in a step
+            # (ShardedBatchSampler), so the idle set agrees across ranks and their gradients stay None.
+            self.train_model = nn.parallel.DistributedDataParallel(
+                model, device_ids=[self.device.index] if self.device.type == "cuda" else None, find_unused_parameters=idle_parameters
+            )
         # The fused kernel updates every parameter in one pass (about 10% of a CPU training step saved).
         groups = parameter_groups or [{"params": [p for p in model.parameters() if p.requires_grad]}]
         self.optimizer = torch.optim.Adam(groups, lr=config.lr, weight_decay=config.weight_decay, fused=True)
@@ -194,31 +118,43 @@ class Trainer:
             self.optimizer, mode="max", factor=config.lr_factor, patience=config.lr_patience, min_lr=config.min_lr
         )
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16 and self.device.type == "cuda")
-        self.progress = TrainingProgress()
+        self.progress = TrainingProgress(run_id=uuid.uuid4().hex)
+        self.history: list[dict[str, Any]] = []  # one record per epoch; travels in the checkpoint, log.jsonl is written from it
 
-        batches = batch_sampler if batch_sampler is not None else BucketBatchSampler(dataset.lengths, config.batch_size, shuffle=True, seed=config.seed)
-        if self.distributed.enabled:
-            batches = ShardedBatchSampler(batches, self.distributed.rank, self.distributed.world_size)
-        self.batches = batches
+        global_batch = config.batch_size * self.distributed.world_size
+        epoch_batches = batches(global_batch) if batches is not None else BucketBatchSampler(dataset.lengths, global_batch, shuffle=True, seed=config.seed)
+        self.batches = ShardedBatchSampler(epoch_batches, self.distributed.rank, self.distributed.world_size)
         on_cuda = self.device.type == "cuda"
         workers = config.num_workers or (2 if on_cuda else 0)
         self.loader = torch.utils.data.DataLoader(
-            dataset, batch_sampler=batches, collate_fn=collate, num_workers=workers, pin_memory=on_cuda, persistent_workers=workers > 0
+            dataset, batch_sampler=self.batches, collate_fn=collate, num_workers=workers, pin_memory=on_cuda, persistent_workers=workers > 0
         )
 
     # -- checkpoints -----------------------------------------------------------------------------------
-    def checkpoint(self) -> Checkpoint:
+    def _random_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def checkpoint(self, random_states: list[dict[str, Any]]) -> Checkpoint:
+        """The run as it stands; ``random_states``: every rank's generators, in rank order."""
         training = {
             "progress": asdict(self.progress),
+            "history": list(self.history),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
-            "torch_rng": torch.get_rng_state(),
+            "rng": random_states,
         }
         return Checkpoint(self.contents.task, self.contents.config, self.contents.vocabularies, self.model.state_dict(), training)
 
     def restore(self, checkpoint: Checkpoint) -> None:
-        """Continue the run saved in ``checkpoint`` (weights, optimizer, schedule, counters)."""
+        """Continue the run saved in ``checkpoint`` (weights, optimizer, schedule, counters, random generators).
+
+        Checkpoints are written at the end of an epoch, so the data order resumes exactly:
+        the next epoch's batches follow from the seed and the epoch number alone.
+        """
         training = checkpoint.training
         if not training:
             raise UserError("this checkpoint holds no training state (it was exported for inference); it cannot be resumed")
@@ -227,14 +163,30 @@ class Trainer:
         self.scheduler.load_state_dict(training["scheduler"])
         if training.get("scaler"):
             self.scaler.load_state_dict(training["scaler"])
-        torch.set_rng_state(training["torch_rng"])
+        self._restore_random_state(training)
         # Resuming is a request to go on: a saved stop is decided afresh after the next epoch
         # (with the possibly raised epochs, patience or max_minutes of the resumed config).
         self.progress = replace(TrainingProgress(**training["progress"]), stopped=False, stop_reason="")
+        self.history = [record for record in training.get("history", []) if record["epoch"] <= self.progress.epoch]
+
+    def _restore_random_state(self, training: dict[str, Any]) -> None:
+        states = training.get("rng") or [{"cpu": training["torch_rng"]}]  # "torch_rng": checkpoints before several ranks were saved
+        if len(states) != self.distributed.world_size:
+            self.log(
+                f"warning: the checkpoint was written by {len(states)} process(es), this run has {self.distributed.world_size}; "
+                "random streams (dropout, scheduled sampling) start afresh, so the result differs from an uninterrupted run"
+            )
+            torch.manual_seed(self.config.seed + self.distributed.rank + 1000 * self.progress.epoch)
+            return
+        state = states[self.distributed.rank]
+        torch.set_rng_state(state["cpu"])
+        if self.device.type == "cuda" and "cuda" in state:
+            torch.cuda.set_rng_state_all(state["cuda"])
 
     # -- the loop --------------------------------------------------------------------------------------
     def fit(self) -> TrainingProgress:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.distributed.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
         while self.progress.epoch < self.config.epochs and not self.progress.stopped:
             epoch = self.progress.epoch + 1
             started = time.perf_counter()
@@ -242,13 +194,12 @@ class Trainer:
             record: dict[str, Any] = {"epoch": epoch, "step": self.progress.step, **train_stats}
             record["lr"] = self.optimizer.param_groups[0]["lr"]
             self.end_of_epoch(record, started)
-            if self.distributed.is_main:
-                self._append_log(record)
         return self.progress
 
     def train_epoch(self, epoch: int) -> dict[str, float]:
         self.train_model.train()
         self.batches.set_epoch(epoch)
+        world = self.distributed.world_size
         # Running sums stay on the device: reading them every batch would wait for the GPU each time.
         loss_sum = nll_sum = tokens = torch.zeros((), dtype=torch.float64, device=self.device)
         batches = 0
@@ -260,8 +211,12 @@ class Trainer:
             batch = batch.to(self.device, non_blocking=True)
             with autocast(self.device, self.dtype):
                 out = self.objective(self.train_model, batch)
+            # Normalise by the global batch's tokens and examples: DDP averages the ranks' gradients, so
+            # each rank scales its sums by world / global count, and N ranks x batch B equal one batch of N x B.
+            counts = self.distributed.sum(torch.stack([out.tokens, out.examples]).to(torch.float32))  # (2,)
+            loss = out.loss(counts[0], counts[1]) * world
             self.optimizer.zero_grad(set_to_none=True)
-            self.scaler.scale(out.loss).backward()
+            self.scaler.scale(loss).backward()
             if self.config.clip_norm > 0:
                 self.scaler.unscale_(self.optimizer)
                 nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
@@ -269,68 +224,79 @@ class Trainer:
             self.scaler.update()
             self.progress.step += 1
             batches += 1
-            loss_sum = loss_sum + out.loss.detach()
+            loss_sum = loss_sum + loss.detach() / world
             nll_sum = nll_sum + out.nll_sum
             tokens = tokens + out.tokens
             if batches % self.config.log_every == 0 and not bar.disable:
                 bar.set_postfix(loss=f"{loss_sum.item() / batches:.3f}")
-        loss_sum, nll_sum, tokens = loss_sum.item(), nll_sum.item(), tokens.item()
         seconds = time.perf_counter() - started
         if batches == 0:
             raise UserError("the training set yields no batches (is it empty, or are all pairs longer than the length limits?)")
+        totals = self.distributed.sum(torch.stack([loss_sum / batches, nll_sum, tokens])).tolist()  # over the ranks
+        mean_loss, nll_sum, tokens = totals[0] / world, totals[1], totals[2]
         return {
-            "train_loss": round(loss_sum / batches, 4),
+            "train_loss": round(mean_loss, 4),
             "train_ppl": round(math.exp(min(nll_sum / max(tokens, 1), 50.0)), 3),
-            "train_tokens_per_s": round(tokens / seconds, 1),
+            "train_tokens_per_s": round(tokens / seconds, 1),  # every rank's tokens
         }
 
     def end_of_epoch(self, record: dict[str, Any], started: float) -> None:
         """Validate, step the LR schedule, decide whether to stop, save checkpoints (rank 0; the others follow)."""
+        random_states = self.distributed.gather(self._random_state())  # every rank's, for an exact --resume
         if self.distributed.is_main:
-            self.model.eval()
-            with torch.no_grad(), autocast(self.device, self.dtype):
-                metrics = self.evaluate(self.model)
-            score = float(metrics["score"])
-            record["valid"] = metrics
-            self.scheduler.step(score)
-            improved = score > self.progress.best_score
-            # A tie keeps the later checkpoint (it has trained longer and validates no worse: a task that
-            # saturates its metric early would otherwise keep its first perfect epoch), but only a real
-            # improvement resets the early-stopping count.
-            kept = score >= self.progress.best_score
-            record["best"] = kept
-            progress = self.progress
-            progress.epoch = record["epoch"]
-            if kept:
-                progress.best_score = score
-            progress.bad_epochs = 0 if improved else progress.bad_epochs + 1
-            epoch_seconds = time.perf_counter() - started
-            progress.seconds += epoch_seconds
-            record["epoch_seconds"] = round(epoch_seconds, 2)
-            if self.config.patience > 0 and progress.bad_epochs >= self.config.patience:
-                progress.stop_reason = "early stopping"
-            elif self._next_epoch_overruns(epoch_seconds):
-                progress.stop_reason = "time budget"
-            progress.stopped = bool(progress.stop_reason)
-            if progress.stop_reason:
-                record["stop"] = progress.stop_reason
-            checkpoint = self.checkpoint()
-            save_checkpoint(self.run_dir / "last.pt", checkpoint)
-            if kept:
-                save_checkpoint(self.run_dir / "best.pt", checkpoint)
-            self.log(
-                f"epoch {record['epoch']}: loss {record['train_loss']:.3f}, "
-                f"{record['train_tokens_per_s']:.0f} tok/s, valid "
-                + ", ".join(f"{k} {v}" for k, v in metrics.items() if isinstance(v, (int, float)))
-                + (" (best)" if kept else "")
-                + (f"; stopping ({progress.stop_reason})" if progress.stop_reason else "")
-            )
+            self._validate_and_save(record, started, random_states)
         if self.distributed.enabled:
-            shared = [self.progress, [group["lr"] for group in self.optimizer.param_groups]]
-            dist.broadcast_object_list(shared, src=0)
+            shared = self.distributed.on_main(lambda: (self.progress, [group["lr"] for group in self.optimizer.param_groups]))
             self.progress, rates = shared
             for group, lr in zip(self.optimizer.param_groups, rates):
                 group["lr"] = lr
+
+    def _validate_and_save(self, record: dict[str, Any], started: float, random_states: list[dict[str, Any]]) -> None:
+        self.model.eval()
+        with torch.no_grad(), autocast(self.device, self.dtype):
+            metrics = self.evaluate(self.model)
+        # Plain Python values only (a metric may be a numpy float): the record travels in the checkpoint's history,
+        # which must load with weights_only=True.
+        metrics = json.loads(json.dumps(metrics))
+        score = float(metrics["score"])
+        record["valid"] = metrics
+        self.scheduler.step(score)
+        progress = self.progress
+        improved = score > progress.best_score
+        # A tie keeps the later checkpoint (it has trained longer and validates no worse: a task that
+        # saturates its metric early would otherwise keep its first perfect epoch), but only a real
+        # improvement resets the early-stopping count.
+        kept = score >= progress.best_score
+        record["best"] = kept
+        progress.epoch = record["epoch"]
+        if kept:
+            progress.best_score, progress.best_epoch = score, progress.epoch
+        progress.bad_epochs = 0 if improved else progress.bad_epochs + 1
+        epoch_seconds = time.perf_counter() - started
+        progress.seconds += epoch_seconds
+        record["epoch_seconds"] = round(epoch_seconds, 2)
+        if self.config.patience > 0 and progress.bad_epochs >= self.config.patience:
+            progress.stop_reason = "early stopping"
+        elif self._next_epoch_overruns(epoch_seconds):
+            progress.stop_reason = "time budget"
+        progress.stopped = bool(progress.stop_reason)
+        if progress.stop_reason:
+            record["stop"] = progress.stop_reason
+        self.history.append(record)
+        checkpoint = self.checkpoint(random_states)
+        # best.pt before last.pt: a kill between the two leaves best.pt ahead, never behind; resuming
+        # last.pt redoes the epoch exactly. log.jsonl is rebuilt from the checkpoint's history on resume.
+        if kept:
+            save_checkpoint(self.run_dir / "best.pt", checkpoint)
+        save_checkpoint(self.run_dir / "last.pt", checkpoint)
+        RunFolder(self.run_dir).write_log(self.history)
+        self.log(
+            f"epoch {record['epoch']}: loss {record['train_loss']:.3f}, "
+            f"{record['train_tokens_per_s']:.0f} tok/s, valid "
+            + ", ".join(f"{k} {v}" for k, v in metrics.items() if isinstance(v, (int, float)))
+            + (" (best)" if kept else "")
+            + (f"; stopping ({progress.stop_reason})" if progress.stop_reason else "")
+        )
 
     def _next_epoch_overruns(self, last_epoch_seconds: float) -> bool:
         """True when one more epoch as long as the last would end past ``max_minutes`` of training."""
@@ -338,16 +304,131 @@ class Trainer:
             return False
         return self.progress.seconds + last_epoch_seconds > self.config.max_minutes * 60
 
-    def _append_log(self, record: dict[str, Any]) -> None:
-        with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as log:
-            log.write(json.dumps(record) + "\n")
+
+def validation_subset(examples: list, config: TrainConfig) -> list:
+    """The validation examples decoded each epoch: the first ``valid_max_examples`` (all when 0)."""
+    return examples[: config.valid_max_examples] if config.valid_max_examples > 0 else examples
 
 
-def run_training(trainer: Trainer, config, resume: Checkpoint | None, log: Callable[[str], None] = print) -> TrainingProgress:
-    """Continue ``resume`` when given, store the resolved ``config`` (an ExperimentConfig) beside the checkpoints, train."""
-    if resume is not None:
-        trainer.restore(resume)
-        log(f"resuming after epoch {trainer.progress.epoch} (best score {trainer.progress.best_score})")
-    trainer.run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, trainer.run_dir / "config.yaml")
-    return trainer.fit()
+# -- the recipe path -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunContext:
+    """What a task's ``prepare`` may use: where this process runs and how it reports."""
+
+    distributed: Distributed
+    device: torch.device
+    log: Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TaskSetup:
+    """What differs between tasks: everything :func:`train_recipe` needs to train one."""
+
+    config: ExperimentConfig  # resolved (languages, weights digest): stored in the run folder and checkpoints
+    model: nn.Module
+    objective: Callable[[nn.Module, Any], Any]
+    dataset: torch.utils.data.Dataset
+    collate: Callable
+    validate: Evaluate
+    vocabularies: dict[str, list[str]]
+    parameter_groups: list[dict[str, Any]] | None = None
+    batches: BatchesFor | None = None
+    idle_parameters: bool = False  # see Trainer
+    notes: list[str] = field(default_factory=list)  # lines for the log: data and model sizes
+
+
+Prepare = Callable[[ExperimentConfig, "Checkpoint | None", RunContext], TaskSetup]
+
+
+def train_recipe(
+    config: ExperimentConfig,
+    task: str,
+    prepare: Prepare,
+    resume: Checkpoint | None = None,
+    overwrite: bool = False,
+    progress_bar: bool = True,
+    log: Callable[[str], None] = print,
+) -> TrainingProgress:
+    """Train (or continue) a ``task`` model as ``config`` says; checkpoints go to ``config.run_dir``.
+
+    The order matters: the process group first (so ranks can agree on anything); the cheap
+    run-folder check; the task's data and model (every error a config can cause surfaces here,
+    before anything is removed); then rank 0 claims the folder and, with ``overwrite``, removes
+    the previous run's files (never other files); then training.
+    """
+    distributed = Distributed.from_environment()
+    device = distributed.start(resolve_device(config.train.device))
+    log = log if distributed.is_main else _silent
+    try:
+        threads = choose_threads(config.train.threads, distributed.local_world_size)
+        torch.set_num_threads(threads)
+        log(f"{config.task} on {device}" + (f", rank 0 of {distributed.world_size}" if distributed.enabled else "") + f", {threads} CPU thread(s)")
+        folder = RunFolder(config.run_dir)
+        distributed.on_main(lambda: check_run_folder(folder, resume, overwrite))
+        torch.manual_seed(config.train.seed)  # the same initial weights on every rank
+        setup = prepare(config, resume, RunContext(distributed, device, log))
+        for note in setup.notes:
+            log(note)
+        with contextlib.ExitStack() as held:
+            distributed.on_main(lambda: _claim(held, folder, resume, overwrite, setup.config, log))
+            torch.manual_seed(setup.config.train.seed + distributed.rank)  # dropout and scheduled sampling differ per rank
+            trainer = Trainer(
+                setup.model,
+                setup.objective,
+                setup.dataset,
+                setup.collate,
+                setup.validate,
+                setup.config.train,
+                folder.path,
+                CheckpointContents(task, to_dict(setup.config), setup.vocabularies),
+                progress_bar=progress_bar,
+                log=log,
+                parameter_groups=setup.parameter_groups,
+                batches=setup.batches,
+                idle_parameters=setup.idle_parameters,
+                distributed=distributed,
+                device=device,
+            )
+            if resume is not None:
+                trainer.restore(resume)
+                log(f"resuming after epoch {trainer.progress.epoch} (best score {trainer.progress.best_score})")
+                if distributed.is_main:
+                    folder.write_log(trainer.history)  # repairs a log a kill left a line short or long
+            return trainer.fit()
+    finally:
+        distributed.stop()
+
+
+def check_run_folder(folder: RunFolder, resume: Checkpoint | None, overwrite: bool) -> None:
+    """Refuse, before any work, a run that would write over another one without ``overwrite``.
+
+    A new run needs a folder without a run. A resumed run may write where the same run
+    stands at the same epoch (its own folder, or a copy of it); another run's folder, or
+    its own folder at a later epoch (resuming best.pt would rewind last.pt), needs ``overwrite``.
+    """
+    if resume is None:
+        folder.refuse_existing(overwrite)
+        return
+    if overwrite or not folder.holds_run():
+        return
+    standing = folder.standing_progress()
+    resumed = resume.training.get("progress", {})
+    if standing.get("run_id", "") != resumed.get("run_id", ""):
+        raise UserError(f"{folder.path} holds another run (at epoch {standing.get('epoch')}); resuming there would replace it: pass --overwrite, or set another output_dir")
+    if standing.get("epoch", 0) > resumed.get("epoch", 0):
+        raise UserError(
+            f"{folder.path / 'last.pt'} is at epoch {standing.get('epoch')} but the checkpoint resumed is at epoch {resumed.get('epoch')}: "
+            "continuing would rewind the run; pass --overwrite to rewind it, or set another output_dir"
+        )
+
+
+def _claim(held: contextlib.ExitStack, folder: RunFolder, resume: Checkpoint | None, overwrite: bool, config: ExperimentConfig, log) -> None:
+    """Rank 0: lock the folder for the run, clear a replaced run's files, store the resolved config."""
+    held.enter_context(folder.claim())
+    check_run_folder(folder, resume, overwrite)  # again under the lock: another process may have started a run meanwhile
+    if overwrite and resume is None:
+        removed = folder.remove_run_files()
+        if removed:
+            log(f"--overwrite: removed {', '.join(path.name for path in removed)} of the previous run in {folder.path}")
+    save_config(config, folder.path / "config.yaml")
+

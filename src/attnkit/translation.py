@@ -3,8 +3,9 @@
 :class:`TextPipeline` holds what turns raw sentences into ids and back
 (tokenisers, vocabularies, length limits); it is rebuilt from a checkpoint
 alone. :class:`Translator` runs batched search and returns detokenised text
-with the attention matrix of every output. :func:`train_translation` wires the
-data, the model and the model-agnostic :class:`~attnkit.train.Trainer`.
+with the attention matrix of every output. :func:`prepare_translation` is what
+the task adds to the shared recipe (:func:`~attnkit.train.train_recipe`): its
+data, model and validation.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from attnkit.errors import UserError
 from attnkit.files import write_text_atomic
 from attnkit.interfaces import EncoderOutput
 from attnkit.metrics import translation_scores
-from attnkit.model import MULTITASK, EncoderDecoder, Seq2SeqObjective, build_model, build_translation_model
+from attnkit.model import MULTITASK, EncoderDecoder, Seq2SeqObjective, build_model, build_translation_model, describe_parameters
 from attnkit.search import search
-from attnkit.train import CheckpointContents, Trainer, TrainingProgress, claim_run_dir, resolve_device, run_training
+from attnkit.distributed import resolve_device
+from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
 from attnkit.vocab import Tokenizer, Vocabulary
 
 TASK = "translation"
@@ -211,50 +213,32 @@ def translation_validation(model: nn.Module, pipeline: TextPipeline, config: Exp
     return {"bleu": metrics["bleu"], "chrf": metrics["chrf"]}
 
 
-def train_translation(
-    config: ExperimentConfig, resume: Checkpoint | None = None, overwrite: bool = False, progress_bar: bool = True, log=print
-) -> TrainingProgress:
-    """Train (or continue) a translation model as ``config`` says; checkpoints go to ``config.run_dir``."""
-    run_dir = claim_run_dir(config, resume is not None, overwrite)
+def prepare_translation(config: ExperimentConfig, resume: Checkpoint | None, context: RunContext) -> TaskSetup:
+    """The translation task's data, model and validation (the vocabularies from ``resume`` when continuing)."""
     source_lang, target_lang = resolve_languages(config.data.path, config.data.source_lang, config.data.target_lang)
     config = replace(config, data=replace(config.data, source_lang=source_lang, target_lang=target_lang))
     train_pairs = read_parallel(config.data.path, "train", source_lang, target_lang)
-    valid_pairs = read_parallel(config.data.path, "valid", source_lang, target_lang)
-    if config.train.valid_max_examples > 0:
-        valid_pairs = valid_pairs[: config.train.valid_max_examples]
-    torch.manual_seed(config.train.seed)
-
-    if resume is not None:
-        pipeline = TextPipeline.from_checkpoint(resume)
-    else:
-        pipeline = TextPipeline.build(config, train_pairs, source_lang, target_lang)
+    valid_pairs = validation_subset(read_parallel(config.data.path, "valid", source_lang, target_lang), config.train)
+    pipeline = TextPipeline.from_checkpoint(resume) if resume is not None else TextPipeline.build(config, train_pairs, source_lang, target_lang)
     dataset = pipeline.encode_pairs(train_pairs, config.data.max_source_length, config.data.max_target_length)
-    log(
-        f"{source_lang}->{target_lang}: {len(dataset)} training pairs (of {len(train_pairs)}), {len(valid_pairs)} validation; "
-        f"vocabulary {len(pipeline.source_vocab)} / {len(pipeline.target_vocab)}"
-    )
     model = build_translation_model(config, pipeline.source_vocab, pipeline.target_vocab)
-    log(f"model: {count_parameters(model):,} parameters")
-    objective = Seq2SeqObjective.from_config(config.train, pipeline.target_vocab.pad_index)
 
     def validate(trained: nn.Module) -> dict:
         metrics = translation_validation(trained, pipeline, config, valid_pairs)
         return {**metrics, "score": metrics["bleu"]}
 
-    trainer = Trainer(
-        model,
-        objective,
-        dataset,
-        collate_pairs,
-        validate,
-        config.train,
-        run_dir,
-        CheckpointContents(TASK, to_dict(config), pipeline.vocabularies),
-        progress_bar=progress_bar,
-        log=log,
-    )
-    return run_training(trainer, config, resume, log)
+    notes = [
+        f"{source_lang}->{target_lang}: {len(dataset)} training pairs (of {len(train_pairs)}), {len(valid_pairs)} validation; "
+        f"vocabulary {len(pipeline.source_vocab)} / {len(pipeline.target_vocab)}",
+        describe_parameters(model),
+    ]
+    objective = Seq2SeqObjective.from_config(config.train, pipeline.target_vocab.pad_index)
+    return TaskSetup(config, model, objective, dataset, collate_pairs, validate, pipeline.vocabularies, notes=notes)
 
 
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
+def train_translation(
+    config: ExperimentConfig, resume: Checkpoint | None = None, overwrite: bool = False, progress_bar: bool = True, log=print
+) -> TrainingProgress:
+    """Train (or continue) a translation model as ``config`` says; checkpoints go to ``config.run_dir``."""
+    return train_recipe(config, TASK, prepare_translation, resume, overwrite, progress_bar, log)
+

@@ -14,23 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-
-@dataclass(frozen=True)
-class PaddedTokens:
-    """A batch of token-id sequences, right-padded."""
-
-    ids: Tensor  # (B, S)
-    lengths: Tensor  # (B,)
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "PaddedTokens":
-        return PaddedTokens(self.ids.to(device, non_blocking=non_blocking), self.lengths.to(device, non_blocking=non_blocking))
-
-    def pin_memory(self) -> "PaddedTokens":
-        return PaddedTokens(self.ids.pin_memory(), self.lengths.pin_memory())
-
-    @property
-    def batch_size(self) -> int:
-        return self.ids.shape[0]
+from attnkit.interfaces import PaddedTokens, Source
 
 
 def pad_sequences(sequences: Sequence[Sequence[int]], pad_index: int = 0) -> PaddedTokens:
@@ -45,7 +29,7 @@ def pad_sequences(sequences: Sequence[Sequence[int]], pad_index: int = 0) -> Pad
 class Batch:
     """One training or evaluation batch; ``source`` is whatever the encoder takes."""
 
-    source: Any  # PaddedTokens for text, image tensor (B, 3, H, W) for images
+    source: Source  # PaddedTokens for text, Pixels or GridFeatures for images
     target: Tensor | None  # (B, T) <bos> w1 ... <eos> <pad>..., or None when decoding without references
     index: Tensor  # (B,) positions of the examples in their dataset
 
@@ -58,11 +42,6 @@ class Batch:
 
     def pin_memory(self) -> "Batch":
         return Batch(self.source.pin_memory(), None if self.target is None else self.target.pin_memory(), self.index)
-
-    @property
-    def target_tokens(self) -> int:
-        """Number of predicted target tokens (words + <eos>)."""
-        return 0 if self.target is None else int((self.target[:, 1:] != 0).sum())
 
 
 class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):

@@ -102,7 +102,7 @@ class FeatureCache:
             with torch.no_grad():
                 features = compute(pixels).to("cpu", torch.float16)  # (B, C, g, g)
             for i, feature in zip(chunk, features):
-                with atomic_path(entries[i]) as temporary:
+                with atomic_path(entries[i], durable=False) as temporary:  # a damaged entry is recomputed
                     torch.save(feature.clone(), temporary)
                 found[i] = feature
         return torch.stack([found[i] for i in range(len(paths))]) if paths else torch.empty(0)

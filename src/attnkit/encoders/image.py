@@ -23,7 +23,7 @@ from attnkit.config import ImageEncoderConfig
 from attnkit.encoders import efficientnet_lite
 from attnkit.errors import UserError
 from attnkit.files import file_digest
-from attnkit.interfaces import EncoderOutput, Grid
+from attnkit.interfaces import EncoderOutput, Grid, GridFeatures, Pixels
 
 IMAGENET_NORMALIZATION = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 TORCHVISION_BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0")
@@ -45,32 +45,6 @@ def local_cnn() -> nn.Sequential:
         blocks.append(nn.Sequential(nn.Conv2d(channels, width, 3, stride=2, padding=1), nn.ReLU(inplace=True)))
         channels = width
     return nn.Sequential(*blocks)
-
-
-@dataclass(frozen=True)
-class Pixels:
-    """Normalised images, ready for the backbone."""
-
-    images: Tensor  # (B, 3, H, W)
-
-    def to(self, device, non_blocking: bool = False) -> "Pixels":
-        return Pixels(self.images.to(device, non_blocking=non_blocking))
-
-    def pin_memory(self) -> "Pixels":
-        return Pixels(self.images.pin_memory())
-
-
-@dataclass(frozen=True)
-class GridFeatures:
-    """The frozen backbone's pooled grid, computed earlier (e.g. read from the feature cache)."""
-
-    features: Tensor  # (B, C, g, g)
-
-    def to(self, device, non_blocking: bool = False) -> "GridFeatures":
-        return GridFeatures(self.features.to(device, non_blocking=non_blocking))
-
-    def pin_memory(self) -> "GridFeatures":
-        return GridFeatures(self.features.pin_memory())
 
 
 @dataclass

@@ -18,9 +18,8 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnkit.config import TextEncoderConfig
-from attnkit.data.batching import PaddedTokens
 from attnkit.errors import UserError
-from attnkit.interfaces import EncoderOutput, Tokens
+from attnkit.interfaces import EncoderOutput, PaddedTokens, Tokens
 
 RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}
 NO_RNN = "none"

@@ -1,0 +1,198 @@
+"""Where a process runs: device, precision, CPU threads, and its place in a ``torchrun`` job.
+
+One :class:`Distributed` describes the job (rank 0 of 1 when run plainly). The rules
+that keep several processes right, by construction:
+
+* the process group is joined before anything else happens (data, feature cache, run folder);
+* each rank works on its own device (``cuda:LOCAL_RANK``);
+* work that writes shared files runs on rank 0 first (:meth:`Distributed.main_first`): the
+  feature cache is computed once and the other ranks read it;
+* only rank 0 prints, validates and writes checkpoints and logs;
+* every rank sees the same *global* batches and takes its slice of each
+  (:class:`ShardedBatchSampler`), so all ranks run the same task in the same step and
+  N ranks x batch B train exactly as one process with batch N x B.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from attnkit.errors import UserError
+
+T = TypeVar("T")
+
+# Rank 0 validates and may compute a feature cache while the others wait in a collective;
+# NCCL's default of 10 minutes would end a long validation with a timeout.
+COLLECTIVE_TIMEOUT = datetime.timedelta(hours=2)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> CUDA when present, else CPU; a clear error for devices that are not there."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"unknown device '{name}'; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device '{name}' asked for, but CUDA is not available here; use device auto or cpu")
+    return device
+
+
+def resolve_precision(name: str, device: torch.device) -> torch.dtype:
+    """Autocast dtype: ``auto`` is bf16 on CUDA that supports it, fp16 on older CUDA, fp32 on CPU."""
+    choices = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if name == "auto":
+        if device.type != "cuda":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if name not in choices:
+        raise UserError(f"precision must be auto, fp32, bf16 or fp16, got '{name}'")
+    return choices[name]
+
+
+def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask; all cores where that is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def choose_threads(requested: int, ranks_on_this_machine: int = 1) -> int:
+    """Torch CPU threads: ``requested`` when set, else this process's share of its usable cores.
+
+    More threads than free cores makes OpenMP threads wait for each other: beside one other
+    busy process on two cores, a 2-thread training ran about 10x slower than alone. The share
+    cannot see other programs' load; set ``train.threads`` when the machine is busy.
+    """
+    if requested > 0:
+        return requested
+    return max(1, usable_cores() // max(1, ranks_on_this_machine))
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """Where this process sits in a ``torchrun`` job (rank 0 of 1 when run plainly)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @classmethod
+    def from_environment(cls) -> "Distributed":
+        """The job ``torchrun`` describes in the environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE)."""
+        try:
+            world = int(os.environ.get("WORLD_SIZE", "1"))
+            local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+            return cls(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")), local_world)
+        except ValueError:
+            raise UserError("RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE must be integers (launch with torchrun)") from None
+
+    def start(self, device: torch.device) -> torch.device:
+        """Join the process group (NCCL on CUDA, gloo on CPU) before anything else; returns this rank's device."""
+        if not self.enabled:
+            return device
+        if device.type == "cuda":
+            device = torch.device("cuda", self.local_rank)
+            torch.cuda.set_device(device)
+        if not dist.is_initialized():
+            dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", timeout=COLLECTIVE_TIMEOUT)
+        return device
+
+    def stop(self) -> None:
+        if self.enabled and dist.is_initialized():
+            dist.destroy_process_group()
+
+    def barrier(self) -> None:
+        if self.enabled:
+            dist.barrier()
+
+    @contextlib.contextmanager
+    def main_first(self) -> Iterator[None]:
+        """Rank 0 runs the block first; the others wait, then run it (reading what rank 0 wrote)."""
+        if not self.is_main:
+            self.barrier()
+        yield
+        if self.is_main:
+            self.barrier()
+
+    def on_main(self, work: Callable[[], T]) -> T:
+        """Run ``work`` on rank 0 only and give every rank its result; a UserError there is raised on every rank
+        (otherwise the other ranks would wait for rank 0 forever)."""
+        if not self.enabled:
+            return work()
+        outcome: list[Any] = [None, None]
+        if self.is_main:
+            try:
+                outcome = [work(), None]
+            except UserError as error:
+                outcome = [None, str(error)]
+        dist.broadcast_object_list(outcome, src=0)
+        if outcome[1] is not None:
+            raise UserError(outcome[1])
+        return outcome[0]
+
+    def gather(self, value: T) -> list[T]:
+        """Every rank's ``value``, in rank order (on every rank)."""
+        if not self.enabled:
+            return [value]
+        values: list[Any] = [None] * self.world_size
+        dist.all_gather_object(values, value)
+        return values
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` summed over the ranks (a new tensor; the input is unchanged)."""
+        if not self.enabled:
+            return tensor
+        total = tensor.clone()
+        dist.all_reduce(total)
+        return total
+
+
+class ShardedBatchSampler(torch.utils.data.Sampler[list[int]]):
+    """This rank's slice of every global batch: ``batch[rank::world_size]``.
+
+    The wrapped sampler makes global batches (world_size x the per-rank batch size), the same
+    on every rank (same seed). Slicing each one keeps the ranks in step: they run the same
+    task in the same step (a joint model's batch is one task's), and together they see
+    exactly the batch one process would. A global batch too small to give every rank an
+    example is skipped by all ranks alike.
+    """
+
+    def __init__(self, batches: torch.utils.data.Sampler[list[int]], rank: int, world_size: int):
+        self.batches, self.rank, self.world_size = batches, rank, world_size
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batches.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for batch in self.batches:
+            if len(batch) >= self.world_size:
+                yield batch[self.rank :: self.world_size]
+
+    def __len__(self) -> int:  # at most one short global batch an epoch is skipped; this counts it
+        return len(self.batches)

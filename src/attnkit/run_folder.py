@@ -1,0 +1,120 @@
+"""A training run's folder: which files are the run's, who may write them, and what --overwrite removes.
+
+A run writes exactly :data:`RUN_FILES` (and the temporary files of their atomic writes);
+everything else in the folder belongs to the user and is never touched. One process at a
+time writes a run folder: :meth:`RunFolder.claim` takes an exclusive lock (``flock`` on
+``.attnkit.lock``, released by the kernel when the process ends, even on SIGKILL), so a
+second training into the same folder gets a clear error instead of mixing two runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from attnkit.errors import UserError
+from attnkit.files import write_text_atomic
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on POSIX: runs are not locked
+    fcntl = None
+
+CHECKPOINTS = ("best.pt", "last.pt")
+RUN_FILES = (*CHECKPOINTS, "config.yaml", "log.jsonl")
+LOCK = ".attnkit.lock"
+
+
+def temporary_files(folder: Path, name: str) -> list[Path]:
+    """Leftovers of interrupted atomic writes of ``name`` (see attnkit.files.atomic_path)."""
+    stem, suffix = Path(name).stem, Path(name).suffix
+    return sorted(folder.glob(f".{stem}.*.tmp{suffix}"))
+
+
+class RunFolder:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._lock = None
+
+    def holds_run(self) -> bool:
+        return (self.path / "last.pt").exists()
+
+    def standing_progress(self) -> dict:
+        """The progress saved in the folder's last.pt (epoch, run_id, ...), read without loading the weights."""
+        path = self.path / "last.pt"
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except Exception:  # whatever a damaged file raises: the user decides what to do with it
+            raise UserError(f"{path} cannot be read (damaged or not a checkpoint); pass --overwrite to replace it") from None
+        training = payload.get("training") if isinstance(payload, dict) else None
+        progress = training.get("progress") if isinstance(training, dict) else None
+        return progress if isinstance(progress, dict) else {}
+
+    def refuse_existing(self, overwrite: bool) -> None:
+        """The early check of a new run: a folder that holds a run is kept unless ``overwrite``."""
+        if self.holds_run() and not overwrite:
+            raise UserError(
+                f"{self.path} already holds a run; continue it with --resume {self.path / 'last.pt'}, "
+                "replace it with --overwrite, or choose another output_dir"
+            )
+        if self.path.exists() and not self.path.is_dir():
+            raise UserError(f"output_dir {self.path} is a file, not a folder")
+
+    @contextlib.contextmanager
+    def claim(self) -> Iterator["RunFolder"]:
+        """Hold the folder's lock for the block; a folder another process is training into is an error."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise UserError(f"output_dir {self.path} is a file, not a folder") from None
+        except OSError as error:
+            raise UserError(f"cannot create the run folder {self.path}: {error.strerror}") from None
+        if fcntl is None:
+            yield self
+            return
+        handle = open(self.path / LOCK, "a+", encoding="utf-8")
+        try:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as error:
+                if error.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                raise UserError(f"{self.path} is being written by another training ({holder}); wait for it to end or choose another output_dir") from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()}\n")
+            handle.flush()
+            self._lock = handle
+            self._remove_temporaries()
+            yield self
+        finally:
+            self._lock = None
+            handle.close()  # closing releases the lock
+
+    def remove_run_files(self) -> list[Path]:
+        """``--overwrite``: remove the run's own files (never anything else in the folder); returns what was removed."""
+        removed = []
+        for name in RUN_FILES:
+            path = self.path / name
+            if path.is_file():
+                path.unlink()
+                removed.append(path)
+        return removed
+
+    def _remove_temporaries(self) -> None:
+        """Temporary files of writes that a killed process left behind (only the lock holder may remove them)."""
+        for name in RUN_FILES:
+            for leftover in temporary_files(self.path, name):
+                leftover.unlink(missing_ok=True)
+
+    def write_log(self, records: list[dict]) -> None:
+        """log.jsonl as one JSON line per epoch, replaced whole (it is rebuilt from the checkpoint's history)."""
+        write_text_atomic(self.path / "log.jsonl", "".join(json.dumps(record) + "\n" for record in records))

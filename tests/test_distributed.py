@@ -1,0 +1,216 @@
+"""Training on several processes: DistributedDataParallel over gloo on CPU, through each of the three recipes.
+
+Each test spawns two ranks as ``torchrun`` would describe them (RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, MASTER_ADDR/PORT in the environment) and calls the recipe as tasks/train.py does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from attnkit.checkpoint import load_checkpoint
+from attnkit.config import load_config
+from attnkit.data.text import write_parallel_dataset
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import reverse_pair  # noqa: E402
+from test_captioning import TINY as TINY_CAPTIONING  # noqa: E402
+from test_train import LEARNS  # noqa: E402
+
+JOINT = [
+    "task=multitask", "data.tokenizer.kind=space", "image_encoder.backbone=resnet18", "image_encoder.image_size=32",
+    "image_encoder.grid_size=2", "image_encoder.memory_size=12", "text_encoder.embedding_size=8", "text_encoder.hidden_size=6",
+    "decoder.embedding_size=8", "decoder.hidden_size=12", "decoder.attention_size=8", "decoder.style=bahdanau",
+    "decoder.score=additive", "train.batch_size=4", "train.valid_max_examples=4", "search.beam_size=1",
+]  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_environment(rank: int, world: int, port: int) -> None:
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
+
+
+def _train_worker(rank: int, world: int, port: int, task: str, overrides: list[str], report: str, resume: str) -> None:
+    """One rank: train as ``overrides`` say; writes what it printed and its feature-cache counts to ``report``-<rank>.json."""
+    _rank_environment(rank, world, port)
+    torch.set_num_threads(1)
+    from attnkit.captioning import train_captioning
+    from attnkit.data.features import FeatureCache
+    from attnkit.multitask import train_multitask
+    from attnkit.translation import train_translation
+
+    cache_counts = {"hits": 0, "misses": 0}
+    compute = FeatureCache.get
+
+    def counting_get(self, *args, **kwargs):
+        features = compute(self, *args, **kwargs)
+        cache_counts.update(hits=self.stats.hits, misses=self.stats.misses)
+        return features
+
+    FeatureCache.get = counting_get
+    printed: list[str] = []
+    train = {"translation": train_translation, "captioning": train_captioning, "multitask": train_multitask}[task]
+    train(load_config(None, overrides), resume=load_checkpoint(resume) if resume else None, progress_bar=False, log=printed.append)
+    Path(f"{report}-{rank}.json").write_text(json.dumps({"printed": printed, "cache": cache_counts}))
+
+
+def train_on_two_ranks(task: str, overrides: list[str], report: Path, resume: Path | None = None) -> list[dict]:
+    mp.spawn(_train_worker, args=(2, free_port(), task, overrides, str(report), str(resume or "")), nprocs=2, join=True)
+    return [json.loads(Path(f"{report}-{rank}.json").read_text()) for rank in range(2)]
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(path).model
+
+
+def epochs_logged(run: Path) -> list[int]:
+    return [json.loads(line)["epoch"] for line in (run / "log.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def small_toy(tmp_path_factory) -> Path:
+    """The reversal task with 96 training pairs: three global batches of 32."""
+    rng = random.Random(1)
+    splits = {"train": [reverse_pair(rng) for _ in range(96)], "valid": [reverse_pair(rng) for _ in range(8)], "test": [reverse_pair(rng) for _ in range(8)]}
+    return write_parallel_dataset(tmp_path_factory.mktemp("small-toy"), ("src", "tgt"), splits)
+
+
+@pytest.mark.slow
+def test_two_ranks_of_batch_b_train_exactly_as_one_process_of_batch_2b(small_toy, tmp_path):
+    """Dropout off: every rank takes half of each global batch and the loss is normalised by the global batch's
+    tokens, so the gradients (and after a few Adam steps, the weights) equal one process with twice the batch."""
+    from attnkit.translation import train_translation
+
+    common = [f"data.path={small_toy}", *LEARNS, "train.epochs=2", "train.device=cpu", "train.label_smoothing=0.1"]
+    train_translation(load_config(None, [*common, "train.batch_size=32", f"output_dir={tmp_path / 'one'}"]), progress_bar=False, log=lambda _: None)
+    reports = train_on_two_ranks("translation", [*common, "train.batch_size=16", f"output_dir={tmp_path / 'two'}"], tmp_path / "report")
+
+    one, two = weights(tmp_path / "one" / "last.pt"), weights(tmp_path / "two" / "last.pt")
+    assert load_checkpoint(tmp_path / "two" / "last.pt").training["progress"]["step"] == 6  # 3 global batches x 2 epochs
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], rtol=1e-4, atol=1e-5, msg=name)
+    assert reports[1]["printed"] == [] and any("rank 0 of 2" in line for line in reports[0]["printed"])  # only rank 0 speaks
+
+
+@pytest.mark.slow
+def test_translation_on_two_ranks_resumes_exactly_with_dropout(small_toy, tmp_path):
+    """Each rank's random stream (dropout) is saved and restored: 1 epoch + resume = 2 epochs straight."""
+    common = [f"data.path={small_toy}", *LEARNS, "text_encoder.dropout=0.3", "decoder.dropout=0.3", "train.batch_size=16", "train.device=cpu"]
+    train_on_two_ranks("translation", [*common, "train.epochs=2", f"output_dir={tmp_path / 'straight'}"], tmp_path / "a")
+    train_on_two_ranks("translation", [*common, "train.epochs=1", f"output_dir={tmp_path / 'resumed'}"], tmp_path / "b")
+    resumed = tmp_path / "resumed"
+    train_on_two_ranks("translation", [*common, "train.epochs=2", f"output_dir={resumed}"], tmp_path / "c", resume=resumed / "last.pt")
+
+    straight = weights(tmp_path / "straight" / "last.pt")
+    for name, tensor in weights(resumed / "last.pt").items():
+        torch.testing.assert_close(tensor, straight[name], msg=name)
+    assert epochs_logged(resumed) == [1, 2]
+    assert len(load_checkpoint(resumed / "last.pt").training["rng"]) == 2  # one random state per rank
+
+
+@pytest.fixture(scope="module")
+def caption_images(tmp_path_factory) -> Path:
+    from test_captioning import COLOURS, SHAPES
+
+    from attnkit.data.captions import CaptionedImage, write_caption_dataset
+    from PIL import Image, ImageDraw
+
+    folder = tmp_path_factory.mktemp("caption-images")
+    (folder / "images").mkdir()
+    items = []
+    for colour, rgb in COLOURS.items():
+        for shape, draw in SHAPES.items():
+            image = Image.new("RGB", (32, 32), (128, 128, 128))
+            draw(ImageDraw.Draw(image), rgb)
+            image.save(folder / "images" / f"{colour}-{shape}.png")
+            items.append(CaptionedImage(f"{colour}-{shape}.png", (f"a {colour} {shape} .",)))
+    return write_caption_dataset(folder / "data", {"train": items, "valid": items[:4], "test": items[:4]}, folder / "images")
+
+
+@pytest.fixture(scope="module")
+def backbone_weights(tmp_path_factory) -> Path:
+    """A local weights file: with it the backbone is 'pretrained', so its features are cached."""
+    import torchvision
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("weights") / "resnet18.pth"
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), path)
+    return path
+
+
+@pytest.mark.slow
+def test_captioning_on_two_ranks_computes_the_feature_cache_once(caption_images, backbone_weights, tmp_path):
+    overrides = [
+        f"data.path={caption_images}", f"output_dir={tmp_path / 'run'}", *TINY_CAPTIONING, "train.epochs=1", "train.device=cpu",
+        f"image_encoder.weights={backbone_weights}", f"data.feature_cache={tmp_path / 'cache'}",
+    ]  # fmt: skip
+    reports = train_on_two_ranks("captioning", overrides, tmp_path / "report")
+    assert reports[0]["cache"]["misses"] == 12  # rank 0 computes every image ...
+    assert reports[1]["cache"] == {"hits": 12, "misses": 0}  # ... and rank 1 reads them (it does not validate)
+    assert epochs_logged(tmp_path / "run") == [1]
+
+
+@pytest.fixture(scope="module")
+def scenes(tmp_path_factory) -> Path:
+    from attnkit.data.scenes import write_scene_dataset
+
+    return write_scene_dataset(tmp_path_factory.mktemp("scenes"), {"train": 24, "valid": 4, "test": 4, "compositional": 4}, seed=0, size=32)
+
+
+@pytest.mark.slow
+def test_the_joint_model_trains_on_two_ranks(scenes, backbone_weights, tmp_path):
+    """Every rank runs the same task in a step; the idle encoder is left out of the gradient reduction."""
+    overrides = [
+        f"data.path={scenes}/captions", f"data.text_path={scenes}/text", f"output_dir={tmp_path / 'run'}", *JOINT,
+        "train.epochs=2", "train.device=cpu", f"image_encoder.weights={backbone_weights}", f"data.feature_cache={tmp_path / 'cache'}",
+    ]  # fmt: skip
+    reports = train_on_two_ranks("multitask", overrides, tmp_path / "report")
+    assert epochs_logged(tmp_path / "run") == [1, 2]
+    assert reports[1]["cache"]["misses"] == 0
+    saved = load_checkpoint(tmp_path / "run" / "last.pt")
+    assert saved.task == "multitask" and saved.training["progress"]["step"] > 0
+
+
+@pytest.mark.slow
+def test_torchrun_trains_resumes_and_evaluates_the_joint_model(scenes, tmp_path):
+    """The command a user types (the scene recipe, made small): torchrun with two CPU processes, then --resume,
+    then evaluate.py."""
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    sets = [
+        f"data.path={scenes}/captions", f"data.text_path={scenes}/text", f"data.feature_cache={cache}", f"output_dir={run}",
+        "train.epochs=1", "train.batch_size=8", "train.valid_max_examples=4", "decoder.hidden_size=32", "decoder.embedding_size=16",
+        "text_encoder.embedding_size=32", "image_encoder.memory_size=32",
+    ]  # fmt: skip
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port())]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def run_command(*arguments: str) -> str:
+        done = subprocess.run(arguments, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    printed = run_command(*torchrun, "tasks/train.py", "--config", "tasks/configs/scenes_multitask.yaml", "--no-progress", *(f"--set={s}" for s in sets))
+    assert printed.count("done after 1 epochs") == 1  # rank 0 alone prints
+    printed = run_command(*torchrun, "tasks/train.py", "--no-progress", "--resume", str(run / "last.pt"), "--set", "train.epochs=2")
+    assert "resuming after epoch 1" in printed and printed.count("done after 2 epochs") == 1
+    assert epochs_logged(run) == [1, 2]
+    scores = run_command(sys.executable, "tasks/evaluate.py", "--checkpoint", str(run / "best.pt"), "--task", "translate", "--split", "test")
+    assert "bleu" in scores.lower()
