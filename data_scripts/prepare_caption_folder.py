@@ -57,20 +57,17 @@ from pathlib import Path, PurePosixPath
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 try:
     from attnkit.data.captions import CaptionedImage, write_caption_dataset
+    from attnkit.data.sources import clean
     from attnkit.errors import UserError, run_cli
 except ImportError:  # run from a checkout where attnkit is not installed
     sys.path.insert(0, str(PROJECT_ROOT / "src"))
     from attnkit.data.captions import CaptionedImage, write_caption_dataset
+    from attnkit.data.sources import clean
     from attnkit.errors import UserError, run_cli
 
 HEADER = ("image", "caption")
 LIST_OPTIONS = {"train": "train_list", "valid": "valid_list", "test": "test_list"}
 SHOWN = 5  # missing images named in an error
-
-
-def clean(text: str) -> str:
-    """One line of text: anything ``str.splitlines`` would break on becomes a space, then strip."""
-    return " ".join(text.splitlines()).strip()
 
 
 def read_lines(path: Path, what: str) -> tuple[list[str], str]:

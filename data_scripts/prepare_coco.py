@@ -52,10 +52,12 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 try:
     from attnkit.data.captions import CaptionedImage, write_caption_dataset
+    from attnkit.data.sources import clean
     from attnkit.errors import UserError, run_cli
 except ImportError:  # run from a checkout where attnkit is not installed
     sys.path.insert(0, str(PROJECT_ROOT / "src"))
     from attnkit.data.captions import CaptionedImage, write_caption_dataset
+    from attnkit.data.sources import clean
     from attnkit.errors import UserError, run_cli
 
 SPLITS = {"train": "train", "valid": "val", "test": "test"}  # our name -> Karpathy's
@@ -83,11 +85,6 @@ TERMS = {
     },
 }
 UNKNOWN_TERMS = {"license": "unknown: check the terms of the source dataset", "citation": "unknown"}
-
-
-def clean(text: str) -> str:
-    """One line of text: anything ``str.splitlines`` would break on becomes a space, then strip."""
-    return " ".join(text.splitlines()).strip()
 
 
 def read_json(path: Path) -> tuple[dict, str]:

@@ -37,7 +37,6 @@ given out by the University of Illinois for research use. Cite Hodosh, Young and
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -46,10 +45,12 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 try:
     from attnkit.data.captions import CaptionedImage, read_flickr8k_captions, write_caption_dataset
+    from attnkit.data.sources import default_data_root
     from attnkit.errors import UserError, run_cli
 except ImportError:  # run from a checkout where attnkit is not installed
     sys.path.insert(0, str(PROJECT_ROOT / "src"))
     from attnkit.data.captions import CaptionedImage, read_flickr8k_captions, write_caption_dataset
+    from attnkit.data.sources import default_data_root
     from attnkit.errors import UserError, run_cli
 
 FOLDER = Path("flickr8k")
@@ -67,11 +68,6 @@ CITATION = (
     "Hodosh, Young, Hockenmaier (2013): Framing Image Description as a Ranking Task: Data, Models and "
     "Evaluation Metrics, Journal of Artificial Intelligence Research 47:853-899"
 )
-
-
-def default_data_root() -> Path:
-    """``$ATTNKIT_DATA``, else ``../shared/data`` beside the project root."""
-    return Path(os.environ.get("ATTNKIT_DATA") or PROJECT_ROOT.parent / "shared" / "data")
 
 
 def read_lines(path: Path, what: str) -> list[str]:
@@ -105,7 +101,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
-    root = args.data if args.data is not None else default_data_root()
+    root = args.data if args.data is not None else default_data_root(PROJECT_ROOT)
     if not root.is_dir():
         raise UserError(f"data root not found: {root} (give --data ROOT or set ATTNKIT_DATA)")
     source_dir = root / FOLDER

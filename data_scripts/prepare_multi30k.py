@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import os
 import shlex
 import sys
 import zlib
@@ -38,10 +37,12 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 try:
+    from attnkit.data.sources import clean, default_data_root
     from attnkit.data.text import write_parallel_dataset
     from attnkit.errors import UserError, run_cli
 except ImportError:  # run from a checkout where attnkit is not installed
     sys.path.insert(0, str(PROJECT_ROOT / "src"))
+    from attnkit.data.sources import clean, default_data_root
     from attnkit.data.text import write_parallel_dataset
     from attnkit.errors import UserError, run_cli
 
@@ -59,16 +60,6 @@ CITATION = (
     "Elliott, Frank, Barrault, Bougares, Specia (2017): Findings of the Second Shared Task on "
     "Multimodal Machine Translation and Multilingual Image Description (French data)"
 )
-
-
-def default_data_root() -> Path:
-    """``$ATTNKIT_DATA``, else ``../shared/data`` beside the project root."""
-    return Path(os.environ.get("ATTNKIT_DATA") or PROJECT_ROOT.parent / "shared" / "data")
-
-
-def clean(text: str) -> str:
-    """One line of text: anything ``str.splitlines`` would break on becomes a space, then strip."""
-    return " ".join(text.splitlines()).strip()
 
 
 def read_gzip_lines(path: Path) -> list[str]:
@@ -118,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UserError(f"--{role} '{getattr(args, role)}' is not a Multi30k task-1 language; choose from {', '.join(LANGUAGES)}")
     if args.source == args.target:
         raise UserError(f"source and target language are both '{args.source}'")
-    root = args.data if args.data is not None else default_data_root()
+    root = args.data if args.data is not None else default_data_root(PROJECT_ROOT)
     if not root.is_dir():
         raise UserError(f"data root not found: {root} (give --data ROOT or set ATTNKIT_DATA)")
     raw_dir = root / RAW_DIR

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import random
 import re
 import shlex
@@ -56,10 +55,12 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 try:
+    from attnkit.data.sources import clean, default_data_root
     from attnkit.data.text import write_parallel_dataset
     from attnkit.errors import UserError, run_cli
 except ImportError:  # run from a checkout where attnkit is not installed
     sys.path.insert(0, str(PROJECT_ROOT / "src"))
+    from attnkit.data.sources import clean, default_data_root
     from attnkit.data.text import write_parallel_dataset
     from attnkit.errors import UserError, run_cli
 
@@ -83,11 +84,6 @@ ATTRIBUTION = (
     "Sentence pairs from the Tatoeba Project (https://tatoeba.org), "
     "via www.manythings.org/anki (https://www.manythings.org/anki/)"
 )
-
-
-def default_data_root() -> Path:
-    """``$ATTNKIT_DATA``, else ``../shared/data`` beside the project root."""
-    return Path(os.environ.get("ATTNKIT_DATA") or PROJECT_ROOT.parent / "shared" / "data")
 
 
 # ---------------------------------------------------------------- the tutorial's filter
@@ -129,11 +125,6 @@ def tutorial_filter(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 # ---------------------------------------------------------------- reading
-
-
-def clean(text: str) -> str:
-    """One line of text: anything ``str.splitlines`` would break on becomes a space, then strip."""
-    return " ".join(text.splitlines()).strip()
 
 
 def read_text(path: Path) -> tuple[str, str, dict]:
@@ -263,7 +254,7 @@ def check_options(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
     check_options(args)
-    path = args.zip if args.zip is not None else default_data_root() / "tatoeba-eng-fra" / "fra-eng.zip"
+    path = args.zip if args.zip is not None else default_data_root(PROJECT_ROOT) / "tatoeba-eng-fra" / "fra-eng.zip"
     text, name, extra = read_text(path)
     raw = parse_pairs(text, name)  # (english, french)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ if str(ROOT) not in sys.path:  # so tests can import the thin entry points in ta
     sys.path.insert(0, str(ROOT))
 
 from attnkit.config import DecoderConfig, ExperimentConfig, TextEncoderConfig  # noqa: E402
+from attnkit.data.sources import default_data_root  # noqa: E402
 from attnkit.data.text import write_parallel_dataset  # noqa: E402
 from attnkit.model import build_translation_model  # noqa: E402
 from attnkit.vocab import Vocabulary  # noqa: E402
@@ -57,7 +57,7 @@ def tiny_model(vocab: Vocabulary, seed: int = 0, **decoder):
 
 
 def shared_data_root() -> Path:
-    return Path(os.environ.get("ATTNKIT_DATA") or ROOT.parent / "shared" / "data")
+    return default_data_root(ROOT)
 
 
 def needs_shared(*parts: str) -> Path:

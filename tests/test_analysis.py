@@ -11,9 +11,7 @@ from attnkit.analysis import (
     entropy,
     forced_attention,
     image_grounding,
-    mass_in_box,
     peak_weight,
-    pointing_hit,
     summarise,
     text_grounding,
 )
@@ -43,14 +41,15 @@ def test_cells_tile_the_image_row_major():
 def test_one_hot_attention_in_the_box_hits_and_outside_misses():
     grid, size = (4, 4), (64, 64)
     box = (34, 2, 60, 14)  # top right: cells (row 0, columns 2 and 3)
-    inside, outside = torch.zeros(16), torch.zeros(16)
-    inside[3], outside[12] = 1.0, 1.0
-    assert pointing_hit(inside, grid, size, box) and not pointing_hit(outside, grid, size, box)
-    assert mass_in_box(outside, grid, size, box) == 0.0
+    inside, outside = torch.zeros(1, 16), torch.zeros(1, 16)  # one word each, naming object 0
+    inside[0, 3], outside[0, 12] = 1.0, 1.0
+    hit, miss = (image_grounding(weights, [0], [box], grid, size) for weights in (inside, outside))
+    assert (hit.words, hit.hits) == (1, 1) and (miss.words, miss.hits) == (1, 0)
+    assert miss.mass == 0.0
     # Cell 3 spans x 48..64, y 0..16; the box covers x 48..60, y 2..14: 12 * 12 / 256 of it.
-    assert math.isclose(mass_in_box(inside, grid, size, box), 144 / 256, rel_tol=1e-6)
+    assert math.isclose(hit.mass, 144 / 256, rel_tol=1e-6)
     whole = (0, 0, 64, 64)
-    assert math.isclose(mass_in_box(torch.full((16,), 1 / 16), grid, size, whole), 1.0, rel_tol=1e-6)
+    assert math.isclose(image_grounding(torch.full((1, 16), 1 / 16), [0], [whole], grid, size).mass, 1.0, rel_tol=1e-6)
 
 
 def test_image_grounding_scores_only_referring_words():

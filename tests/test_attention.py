@@ -17,11 +17,19 @@ def test_weights_sum_to_one_and_are_zero_on_padding(score):
     assert context.shape == (B, T, Q) and weights.shape == (B, T, L)
     torch.testing.assert_close(weights.sum(-1), torch.ones(B, T))
     assert (weights.masked_select(~mask.unsqueeze(1).expand_as(weights)) == 0).all()
-    # padded memory never leaks into the context
+    # padded memory never leaks into the context: the same queries over memory whose padding is poisoned
+    # (huge values, so huge keys and scores there) give the same context and weights ...
+    query = torch.randn(B, T, Q)
     poisoned = memory.masked_fill(~mask.unsqueeze(-1), 1e6)
-    context_poisoned, _ = attention(torch.randn(B, T, Q).copy_(torch.zeros(B, T, Q)), attention.prepare_keys(poisoned), poisoned, mask)
-    context_clean, _ = attention(torch.zeros(B, T, Q), attention.prepare_keys(memory), memory, mask)
+    context_poisoned, weights_poisoned = attention(query, attention.prepare_keys(poisoned), poisoned, mask)
+    context_clean, weights_clean = attention(query, attention.prepare_keys(memory), memory, mask)
     torch.testing.assert_close(context_poisoned, context_clean)
+    torch.testing.assert_close(weights_poisoned, weights_clean)
+    # ... as attention over each example's real positions alone, with no padding at all.
+    for b, length in enumerate(mask.sum(1).tolist()):
+        real = memory[b : b + 1, :length]  # (1, length, Q)
+        alone, _ = attention(query[b : b + 1], attention.prepare_keys(real), real, torch.ones(1, length, dtype=torch.bool))
+        torch.testing.assert_close(context_poisoned[b], alone[0])
 
 
 def test_concat_score_equals_one_linear_layer_over_the_concatenation():

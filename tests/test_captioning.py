@@ -39,6 +39,7 @@ TINY = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_captioning_learns_tiny_synthetic_images(scenes, tmp_path):
     config = load_config(None, [f"data.path={scenes}", f"output_dir={tmp_path}", "train.epochs=30", *TINY])
     train_captioning(config, progress_bar=False, log=lambda _: None)
@@ -76,6 +77,7 @@ def test_unreadable_images_get_an_error_and_the_others_a_caption(scenes, tmp_pat
     assert results[0][0].words == results[4][0].words
 
 
+@pytest.mark.slow
 def test_caption_and_evaluate_scripts_end_to_end(scenes, tmp_path, capsys, monkeypatch):
     import json
 

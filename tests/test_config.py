@@ -1,11 +1,34 @@
+import dataclasses
+import typing
 from pathlib import Path
 
 import pytest
 
-from attnkit.config import ExperimentConfig, from_dict, load_config, save_config, to_dict
+from attnkit import config as config_module
+from attnkit.config import (
+    RULE,
+    DataConfig,
+    ExperimentConfig,
+    SearchConfig,
+    TokenizerConfig,
+    TrainConfig,
+    apply_overrides,
+    drop_legacy_keys,
+    from_dict,
+    load_config,
+    save_config,
+    to_dict,
+)
 from attnkit.errors import UserError
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "tasks" / "configs").glob("*.yaml"))
+
+
+def _sections(cls=ExperimentConfig):
+    yield cls
+    for name, kind in typing.get_type_hints(cls).items():
+        if dataclasses.is_dataclass(kind):
+            yield from _sections(kind)
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
@@ -22,15 +45,171 @@ def test_unknown_key_names_it_and_lists_the_valid_keys(tmp_path):
     assert "decoder.hiden_size" in str(error.value) and "hidden_size" in str(error.value)
 
 
+def test_keys_that_are_not_strings_are_unknown_keys(tmp_path):
+    path = tmp_path / "numbers.yaml"
+    path.write_text("decoder: {1: 2, ~: 3, hiden: 4}\n")
+    with pytest.raises(UserError, match=r"unknown config keys decoder\.1, decoder\.None, decoder\.hiden"):
+        load_config(path)
+
+
 def test_overrides_are_typed_and_nested():
     config = load_config(None, ["decoder.hidden_size=64", "train.lr=1e-4", "decoder.style=bahdanau", "train.epochs=3"])
     assert config.decoder.hidden_size == 64 and config.train.lr == 1e-4 and config.decoder.style == "bahdanau"
     with pytest.raises(UserError, match="must be int"):
         load_config(None, ["decoder.hidden_size=big"])
+    with pytest.raises(UserError, match="must be int"):
+        load_config(None, ["train.epochs=true"])
     with pytest.raises(UserError, match="unknown config key"):
         load_config(None, ["decoder.colour=red"])
-    with pytest.raises(UserError, match="section.key=value"):
-        load_config(None, ["decoder.hidden_size"])
+    for bad in ("decoder.hidden_size", "=4", "decoder..size=3", ".x=1"):
+        with pytest.raises(UserError, match="section.key=value"):
+            load_config(None, [bad])
+    with pytest.raises(UserError, match="must be int, got {'x': 1}"):
+        load_config(None, ["decoder.hidden_size.x=1"])
+    with pytest.raises(UserError, match="hidden_size is not a section"):
+        load_config(None, ["decoder.hidden_size=5", "decoder.hidden_size.x=1"])
+
+
+@pytest.mark.parametrize("value", ["[1,", "{a: 1", "'unterminated", "a: b: c", "@x"])
+def test_an_override_that_is_not_yaml_is_a_user_error(value):
+    with pytest.raises(UserError, match="not valid YAML") as error:
+        load_config(None, [f"train.lr={value}"])
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.batch_size=0", "config key train.batch_size must be at least 1, got 0"),
+        ("train.log_every=0", "train.log_every must be at least 1"),
+        ("train.valid_beam_size=-2", "train.valid_beam_size must be at least 1"),
+        ("train.epochs=-1", "train.epochs must be at least 1"),
+        ("train.epochs=0", "train.epochs must be at least 1"),
+        ("decoder.hidden_size=-3", "decoder.hidden_size must be at least 1"),
+        ("decoder.embedding_size=0", "decoder.embedding_size must be at least 1"),
+        ("decoder.attention_size=0", "decoder.attention_size must be at least 1"),
+        ("decoder.num_layers=0", "decoder.num_layers must be at least 1"),
+        ("decoder.readout_size=-1", "decoder.readout_size must be at least 0"),
+        ("text_encoder.hidden_size=-3", "text_encoder.hidden_size must be at least 1"),
+        ("text_encoder.num_layers=0", "text_encoder.num_layers must be at least 1"),
+        ("train.lr=-1", "train.lr must be greater than 0, got -1.0"),
+        ("train.lr=0", "train.lr must be greater than 0"),
+        ("train.lr=.nan", "train.lr must be a finite number"),
+        ("train.max_minutes=.inf", "train.max_minutes must be a finite number"),
+        ("decoder.dropout=1.5", r"decoder.dropout must be in \[0, 1\), got 1.5"),
+        ("decoder.dropout=1", r"decoder.dropout must be in \[0, 1\)"),
+        ("text_encoder.dropout=-0.1", "text_encoder.dropout must be in"),
+        ("image_encoder.dropout=1.0", "image_encoder.dropout must be in"),
+        ("train.teacher_forcing=1.01", r"train.teacher_forcing must be in \[0, 1\]"),
+        ("train.caption_share=-0.5", r"train.caption_share must be in \[0, 1\]"),
+        ("train.label_smoothing=1", r"train.label_smoothing must be in \[0, 1\)"),
+        ("train.lr_factor=1", r"train.lr_factor must be in \(0, 1\)"),
+        ("train.lr_factor=0", r"train.lr_factor must be in \(0, 1\)"),
+        ("train.weight_decay=-1e-4", "train.weight_decay must be at least 0"),
+        ("train.clip_norm=-1", "train.clip_norm must be at least 0"),
+        ("train.min_lr=-1", "train.min_lr must be at least 0"),
+        ("train.patience=-1", "train.patience must be at least 0"),
+        ("train.lr_patience=-1", "train.lr_patience must be at least 0"),
+        ("train.attention_regularization=-1", "train.attention_regularization must be at least 0"),
+        ("train.valid_max_examples=-1", "train.valid_max_examples must be at least 0"),
+        ("train.num_workers=-1", "train.num_workers must be at least 0"),
+        ("train.threads=-2", "train.threads must be at least 0"),
+        ("train.seed=-1", "train.seed must be in"),
+        ("train.seed=99999999999999999999", "train.seed must be in"),
+        ("train.device=tpu", "train.device must be auto, cpu, cuda or cuda:N, got 'tpu'"),
+        ("train.device=cuda:x", "train.device must be"),
+        ("train.precision=fp8", "config key train.precision: unknown precision 'fp8'; choose one of auto, fp32, bf16, fp16"),
+        ("decoder.rnn=rnn", "decoder.rnn: unknown decoder RNN 'rnn'; choose one of gru, lstm"),
+        ("decoder.style=transformer", "decoder.style: unknown decoder style 'transformer'; choose one of luong, bahdanau"),
+        ("decoder.score=cosine", "decoder.score: unknown attention score 'cosine'; choose one of dot, general, concat, additive, scaled_dot, none"),
+        ("decoder.init=random", "decoder.init: unknown decoder init 'random'; choose one of bridge, zeros"),
+        ("text_encoder.rnn=transformer", "text_encoder.rnn: unknown text encoder RNN 'transformer'; choose one of gru, lstm, none"),
+        ("data.tokenizer.kind=bpe", "data.tokenizer.kind: unknown tokenizer kind 'bpe'; choose one of moses, nltk, space"),
+        ("image_encoder.backbone=vgg16", "image_encoder.backbone: unknown image backbone 'vgg16'"),
+        ("image_encoder.grid_size=-1", "image_encoder.grid_size must be at least 0"),
+        ("image_encoder.image_size=0", "image_encoder.image_size must be at least 1"),
+        ("image_encoder.memory_size=-1", "image_encoder.memory_size must be at least 0"),
+        ("image_encoder.blocks=-1", "image_encoder.blocks must be at least 0"),
+        ("image_encoder.trainable_blocks=-1", "image_encoder.trainable_blocks must be at least 0"),
+        ("image_encoder.backbone_lr=-1", "image_encoder.backbone_lr must be at least 0"),
+        ("image_encoder.weights=", "image_encoder.weights must be a non-empty string"),
+        ("image_encoder.weights_sha256=abc", "image_encoder.weights_sha256 must be empty, none or a SHA-256 hex digest"),
+        ("data.min_freq=0", "data.min_freq must be at least 1"),
+        ("data.max_vocab=-1", "data.max_vocab must be at least 0"),
+        ("data.max_source_length=0", "data.max_source_length must be at least 1"),
+        ("data.max_target_length=-5", "data.max_target_length must be at least 1"),
+        ("data.path=", "data.path must be a non-empty string"),
+        ("search.beam_size=0", "search.beam_size must be at least 1"),
+        ("search.length_penalty=-1", "search.length_penalty must be at least 0"),
+        ("search.max_length_ratio=-1", "search.max_length_ratio must be at least 0"),
+        ("search.max_length_offset=-1", "search.max_length_offset must be at least 0"),
+        ("task=summarisation", "config key task: unknown task 'summarisation'; choose one of translation, captioning, multitask"),
+        ("name=", "config key name must be a non-empty string"),
+    ],
+)
+def test_out_of_range_values_name_their_key(override, message):
+    with pytest.raises(UserError, match=message):
+        load_config(None, [override])
+
+
+def test_zero_stays_valid_where_it_means_off_or_auto():
+    overrides = [
+        "train.patience=0", "train.clip_norm=0", "train.max_minutes=0", "train.threads=0", "train.num_workers=0",
+        "train.valid_max_examples=0", "train.lr_patience=0", "train.label_smoothing=0", "train.weight_decay=0", "train.min_lr=0",
+        "train.teacher_forcing=0", "train.caption_share=1", "train.seed=0", "train.device=cuda:1", "train.precision=bf16",
+        "image_encoder.grid_size=0", "image_encoder.memory_size=0", "image_encoder.blocks=0", "image_encoder.backbone_lr=0",
+        "image_encoder.weights_sha256=none", f"image_encoder.weights_sha256={'ab' * 32}", "image_encoder.backbone=local_cnn",
+        "decoder.readout_size=0", "decoder.dropout=0", "decoder.score=none", "text_encoder.rnn=none", "data.max_vocab=0",
+        "data.feature_cache=", "search.max_length_ratio=0", "search.max_length_offset=0", "search.length_penalty=0", "output_dir=",
+    ]  # fmt: skip
+    config = load_config(None, overrides)
+    assert config.train.patience == 0 and config.image_encoder.grid_size == 0 and config.decoder.score == "none"
+
+
+def test_every_number_and_choice_declares_its_rule():
+    """A new numeric field must say its range where it is declared (``checked(default, rule)``)."""
+    for cls in _sections():
+        hints = typing.get_type_hints(cls)
+        for item in dataclasses.fields(cls):
+            if hints[item.name] in (int, float):
+                assert RULE in item.metadata, f"{cls.__name__}.{item.name} has no rule"
+
+
+def test_every_default_is_valid_and_direct_construction_is_checked():
+    assert from_dict(ExperimentConfig, {}) == ExperimentConfig()
+    with pytest.raises(UserError, match="config key train.batch_size must be at least 1, got 0"):
+        TrainConfig(batch_size=0)
+    with pytest.raises(UserError, match="data.tokenizer.kind: unknown tokenizer kind 'bpe'"):
+        DataConfig(tokenizer=TokenizerConfig(kind="bpe"))
+    with pytest.raises(UserError, match="search.beam_size must be int"):
+        SearchConfig(beam_size="5")
+    with pytest.raises(UserError, match="train.epochs"):
+        dataclasses.replace(TrainConfig(), epochs=-1)
+
+
+def test_the_choice_lists_agree_with_the_code_that_uses_them():
+    from attnkit import attention, decoder, model, translation
+    from attnkit.captioning import TASK as CAPTIONING
+    from attnkit.encoders import image, text
+    from attnkit.vocab import Tokenizer
+
+    assert config_module.IMAGE_BACKBONES == image.BACKBONES
+    assert config_module.SCORES == (*attention.SCORES, attention.NO_ATTENTION)
+    assert config_module.RNNS == tuple(decoder.RNNS) == tuple(text.RNNS) and config_module.NO_RNN == text.NO_RNN
+    assert config_module.TOKENIZERS == Tokenizer.KINDS
+    assert set(config_module.TASKS) == {translation.TASK, CAPTIONING, model.MULTITASK}
+
+
+def test_n_best_is_gone_and_an_old_stored_config_still_reads():
+    assert "n_best" not in {f.name for f in dataclasses.fields(SearchConfig)}
+    with pytest.raises(UserError, match="search.n_best was removed.*--n-best"):
+        load_config(None, ["search.n_best=3"])
+    old = to_dict(ExperimentConfig())
+    old["search"]["n_best"] = 1
+    cleaned = drop_legacy_keys(old)
+    assert from_dict(ExperimentConfig, cleaned) == ExperimentConfig()
+    assert old["search"]["n_best"] == 1, "the caller's dict is left as it was"
+    assert drop_legacy_keys({"search": 5}) == {"search": 5} and drop_legacy_keys({}) == {}
 
 
 def test_round_trip_through_yaml_and_dict(tmp_path):
@@ -38,11 +217,57 @@ def test_round_trip_through_yaml_and_dict(tmp_path):
     save_config(config, tmp_path / "config.yaml")
     assert load_config(tmp_path / "config.yaml") == config
     assert from_dict(ExperimentConfig, to_dict(config)) == config
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"], "no temporary file is left behind"
+
+
+def test_a_failed_config_write_keeps_the_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "config.yaml"
+    save_config(ExperimentConfig(name="before"), path)
+    before = path.read_bytes()
+
+    def crash(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", crash)
+    with pytest.raises(OSError):
+        save_config(ExperimentConfig(name="after"), path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
 
 
 def test_missing_or_broken_config_file(tmp_path):
     with pytest.raises(UserError, match="not found"):
         load_config(tmp_path / "nope.yaml")
     (tmp_path / "broken.yaml").write_text("decoder: [1, 2\n")
-    with pytest.raises(UserError, match="not valid YAML"):
+    with pytest.raises(UserError, match="not valid YAML") as error:
         load_config(tmp_path / "broken.yaml")
+    assert "\n" not in str(error.value)
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(UserError, match="must hold a mapping"):
+        load_config(tmp_path / "list.yaml")
+    (tmp_path / "section.yaml").write_text("decoder: 5\n")
+    with pytest.raises(UserError, match="config section 'decoder' must be a mapping"):
+        load_config(tmp_path / "section.yaml")
+
+
+def test_unreadable_config_files_are_user_errors(tmp_path, monkeypatch):
+    (tmp_path / "latin1.yaml").write_bytes("task: translation\nname: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(UserError, match=r"not UTF-8 text \(line 2 is not\)"):
+        load_config(tmp_path / "latin1.yaml")
+    (tmp_path / "folder.yaml").mkdir()
+    with pytest.raises(UserError, match="is a directory"):
+        load_config(tmp_path / "folder.yaml")
+    (tmp_path / "locked.yaml").write_text("name: x\n")
+
+    def denied(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", denied)  # chmod does not stop root, which tests may run as
+    with pytest.raises(UserError, match="cannot read config file .*locked.yaml: Permission denied"):
+        load_config(tmp_path / "locked.yaml")
+
+
+def test_overrides_apply_to_a_stored_dict_in_place():
+    values = {"train": {"epochs": 2}}
+    assert apply_overrides(values, ["train.epochs=5", "search.beam_size=2"]) is values
+    assert values == {"train": {"epochs": 5}, "search": {"beam_size": 2}}

@@ -7,6 +7,7 @@ from attnkit.attention import SCORES
 from attnkit.data.batching import Batch, pad_sequences
 from attnkit.errors import UserError
 from attnkit.decoder import AttentionDecoder
+from attnkit.vocab import Vocabulary
 from conftest import tiny_config, tiny_model
 
 STYLES = [
@@ -102,8 +103,7 @@ def test_inconsistent_decoder_settings_are_user_errors(settings, message):
         AttentionDecoder(tiny_config(**settings).decoder, vocab_size=11, memory_size=10, init_size=10)
 
 
-@pytest.mark.parametrize("smoothing", [0.0, 0.1])
-def test_objective_equals_torch_cross_entropy_and_counts_only_real_tokens(vocab, smoothing):
+def test_objective_equals_torch_cross_entropy_and_counts_only_real_tokens(vocab):
     import torch.nn.functional as F
 
     from attnkit.model import Seq2SeqObjective
@@ -111,8 +111,78 @@ def test_objective_equals_torch_cross_entropy_and_counts_only_real_tokens(vocab,
     model = tiny_model(vocab)
     source, targets = _batch()
     batch = Batch(source, targets, torch.arange(3))
-    out = Seq2SeqObjective(label_smoothing=smoothing)(model, batch)
+    out = Seq2SeqObjective()(model, batch)
     logits, gold = model(batch).logits.flatten(0, 1), targets[:, 1:].flatten()
-    assert torch.allclose(out.loss, F.cross_entropy(logits, gold, ignore_index=0, label_smoothing=smoothing))
+    assert torch.allclose(out.loss(), F.cross_entropy(logits, gold, ignore_index=0))
     assert torch.allclose(out.nll_sum, F.cross_entropy(logits, gold, ignore_index=0, reduction="sum"))
     assert int(out.tokens) == 4 + 2 + 3
+
+
+class FixedLogits(torch.nn.Module):
+    """A stand-in model whose output logits (B, T, V) are its one parameter."""
+
+    def __init__(self, logits):
+        super().__init__()
+        self.logits = torch.nn.Parameter(logits)
+
+    def forward(self, batch, teacher_forcing=1.0):
+        from attnkit.decoder import DecoderOutput
+
+        B, T, _ = self.logits.shape
+        return DecoderOutput(self.logits, torch.ones(B, T, 1), torch.ones(B, 1, dtype=torch.bool))
+
+
+def _smoothed_targets(gold, vocab_size, eps):
+    """The smoothed target distribution, written out: 1 - eps on the gold word, eps / (V - 2) on every word but <pad> and <bos>."""
+    q = torch.full((len(gold), vocab_size), eps / (vocab_size - 2))
+    q[:, [Vocabulary.pad_index, Vocabulary.bos_index]] = 0.0
+    q[torch.arange(len(gold)), gold] += 1.0 - eps
+    return q
+
+
+def test_label_smoothing_spreads_its_mass_over_every_word_but_pad_and_bos(vocab):
+    import torch.nn.functional as F
+
+    from attnkit.model import Seq2SeqObjective
+
+    eps = 0.1
+    model = tiny_model(vocab)
+    source, targets = _batch()
+    batch = Batch(source, targets, torch.arange(3))
+    out = Seq2SeqObjective(label_smoothing=eps)(model, batch)
+    real = targets[:, 1:] != Vocabulary.pad_index
+    logits, gold = model(batch).logits[real], targets[:, 1:][real]  # (N, V), (N,)
+    V = len(vocab)
+    q = _smoothed_targets(gold, V, eps)
+    torch.testing.assert_close(q.sum(-1), torch.ones(len(gold)))
+    # (1 - eps) * nll + eps * the mean of -log p over the V - 2 words a target can be ...
+    log_p = logits.log_softmax(-1)
+    allowed = [k for k in range(V) if k not in (Vocabulary.pad_index, Vocabulary.bos_index)]
+    by_hand = ((1 - eps) * -log_p[torch.arange(len(gold)), gold] + eps * -log_p[:, allowed].mean(-1)).mean()
+    torch.testing.assert_close(out.loss(), by_hand)
+    # ... is the cross-entropy against that distribution, and not torch's, which smooths onto <pad> and <bos> too.
+    torch.testing.assert_close(out.loss(), F.cross_entropy(logits, q))
+    assert not torch.allclose(out.loss(), F.cross_entropy(logits, gold, label_smoothing=eps))
+    torch.testing.assert_close(out.nll_sum, F.cross_entropy(logits, gold, reduction="sum"))  # perplexity stays unsmoothed
+
+
+def test_label_smoothing_never_pushes_pad_or_bos_up():
+    from attnkit.model import Seq2SeqObjective
+
+    torch.manual_seed(0)
+    V = 9
+    targets = pad_sequences([[2, 5, 6, 7, 3], [2, 8, 3]]).ids  # (2, 5), the second padded
+    logits = torch.randn(2, 4, V)
+    logits[..., [Vocabulary.pad_index, Vocabulary.bos_index]] -= 8.0  # already unlikely: p < 1/V, where uniform smoothing pushes up
+    gradients = {}
+    for eps in (0.0, 0.2):
+        model = FixedLogits(logits.clone())
+        Seq2SeqObjective(label_smoothing=eps)(model, Batch(None, targets, torch.arange(2))).loss().backward()
+        gradients[eps] = model.logits.grad
+    specials = [Vocabulary.pad_index, Vocabulary.bos_index]
+    # d loss / d logit of <pad> or <bos> is p / tokens, as without smoothing: positive, so descent only lowers them.
+    torch.testing.assert_close(gradients[0.2][..., specials], gradients[0.0][..., specials])
+    real = targets[:, 1:] != Vocabulary.pad_index
+    assert (gradients[0.2][..., specials][real] > 0).all()
+    assert (gradients[0.2][~real] == 0).all()
+    assert not torch.allclose(gradients[0.2], gradients[0.0])  # smoothing does move the other words

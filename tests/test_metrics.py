@@ -14,7 +14,19 @@ REFS = [
 def test_perfect_captions_score_100_bleu_and_nltk_agrees():
     scores = metrics.caption_scores(HYPS, REFS, meteor=False)
     assert scores["bleu1"] == scores["bleu4"] == 100.0 == scores["bleu4_nltk"]
-    assert scores["cider_d"] > 0 and scores["meteor"] is None
+    assert scores["meteor"] is None
+
+
+def test_cider_d_of_a_constructed_case_is_known_exactly():
+    # Image 0: the caption is each reference (once lower-cased and without punctuation), so every n-gram
+    # vector equals the reference's and the lengths agree: 10 (CIDEr-D's maximum). Image 1: the caption
+    # shares no word with its references: 0. The corpus score is their mean, x100: 500.
+    hyps = [["the", "red", "bus", "stops", "here"], ["a", "cat", "sleeps", "on", "grass"]]
+    refs = [
+        [["The", "red", "bus", "stops", "here", "."], ["the", "red", "bus", "stops", "here"]],
+        [["two", "dogs", "play", "outside"], ["dogs", "running", "in", "snow"]],
+    ]
+    assert metrics.caption_scores(hyps, refs, meteor=False)["cider_d"] == 500.0
 
 
 def test_every_reference_counts():
@@ -22,9 +34,14 @@ def test_every_reference_counts():
     assert metrics.caption_scores(HYPS, only_second, meteor=False)["bleu1"] < metrics.caption_scores(HYPS, REFS, meteor=False)["bleu1"]
 
 
-def test_meteor_runs_with_java_and_is_skipped_with_a_notice_without(monkeypatch):
-    if metrics.java_available():
-        assert 0 < metrics.caption_scores(HYPS, REFS)["meteor"] <= 100
+@pytest.mark.slow
+def test_meteor_runs_with_java():
+    if not metrics.java_available():
+        pytest.skip("METEOR needs Java, and no 'java' was found on PATH")
+    assert 0 < metrics.caption_scores(HYPS, REFS)["meteor"] <= 100
+
+
+def test_meteor_is_skipped_with_a_notice_without_java(monkeypatch):
     notes = []
     monkeypatch.setattr(metrics, "java_available", lambda: False)
     assert metrics.caption_scores(HYPS, REFS, log=notes.append)["meteor"] is None

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnkit.checkpoint import load_checkpoint
-from attnkit.config import ExperimentConfig, apply_overrides, from_dict, load_config
+from attnkit.config import ExperimentConfig, apply_overrides, from_dict, load_config, to_dict
 from attnkit.data.text import read_parallel
 from attnkit.translation import Translator, train_translation
 from attnkit.errors import UserError
@@ -24,6 +24,7 @@ def toy_config(toy_data, run_dir, *overrides):
     return load_config(None, [f"data.path={toy_data}", f"output_dir={run_dir}", *LEARNS, *overrides])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("style", ["luong", "bahdanau"])
 def test_a_tiny_model_learns_to_reverse(toy_data, tmp_path, style):
     extra = ["decoder.score=additive", "decoder.rnn=lstm"] if style == "bahdanau" else []
@@ -86,7 +87,7 @@ def toy_trainer(config, pairs, run_dir, score: float):
     model = build_translation_model(config, pipeline.source_vocab, pipeline.target_vocab)
     return Trainer(
         model, Seq2SeqObjective(), pipeline.encode_pairs(pairs, 50, 50), collate_pairs, lambda m: {"score": score},
-        config.train, run_dir, CheckpointContents("translation", {}, {}), progress_bar=False, log=lambda _: None,
+        config.train, run_dir, CheckpointContents("translation", to_dict(config), pipeline.vocabularies), progress_bar=False, log=lambda _: None,
     )  # fmt: skip
 
 

@@ -1,29 +1,31 @@
-"""Figures: the image-attention overlay has one panel per word plus the input."""
+"""Figures: the image-attention overlay has one panel per word plus the input; pyplot's backend is left alone."""
+
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
 from PIL import Image
 
+from attnkit import viz
 from attnkit.viz import attention_maps, plot_image_attention
 
 
 def test_overlay_has_one_panel_per_word_and_the_input(tmp_path, monkeypatch):
-    import matplotlib.pyplot as plt
-
     figures = []
-    original = plt.subplots
+    original = viz.save_figure
 
-    def spy(*args, **kwargs):
-        figure, axes = original(*args, **kwargs)
-        figures.append(axes)
-        return figure, axes
+    def spy(figure, path):
+        figures.append(figure)
+        return original(figure, path)
 
-    monkeypatch.setattr(plt, "subplots", spy)
+    monkeypatch.setattr(viz, "save_figure", spy)
     attention = torch.softmax(torch.randn(7, 12), -1)  # 7 words over a 3x4 grid
     words = ["a", "dog", "runs", "on", "the", "grass", "<eos>"]
     path = plot_image_attention(Image.new("RGB", (64, 48), (90, 120, 30)), words, attention, (3, 4), tmp_path / "overlay.png")
     assert path.stat().st_size > 1000
-    drawn = [axis for axis in figures[0].flat if axis.images]
+    drawn = [axis for axis in figures[0].axes if axis.images]  # the panels, row-major
     assert len(drawn) == 1 + len(words)
     assert [axis.get_title() for axis in drawn[1:]] == words
 
@@ -39,3 +41,29 @@ def test_attention_maps_keep_the_row_major_grid_orientation():
 def test_overlay_rejects_a_grid_that_does_not_match():
     with pytest.raises(ValueError, match="grid"):
         plot_image_attention(Image.new("RGB", (8, 8)), ["a"], torch.ones(1, 5) / 5, (2, 2), "unused.png")
+
+
+@pytest.mark.slow  # a fresh interpreter imports torch: a few seconds
+def test_importing_and_saving_figures_leaves_the_pyplot_backend_alone(tmp_path):
+    # In a fresh interpreter: the backend is process-wide, and a notebook user's choice must survive.
+    script = textwrap.dedent(
+        """
+        import sys
+
+        import matplotlib
+
+        matplotlib.use("svg")
+        import matplotlib.pyplot  # a user who has pyplot open, on a backend of their choosing
+        import torch
+
+        from attnkit.viz import plot_attention_matrix
+
+        path = plot_attention_matrix(torch.eye(2), ["a", "b"], ["x", "y"], sys.argv[1])
+        print(matplotlib.get_backend(), len(matplotlib.pyplot.get_fignums()), path.stat().st_size)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "matrix.png")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    backend, pyplot_figures, size = done.stdout.split()
+    assert backend.lower() == "svg" and pyplot_figures == "0" and int(size) > 0  # nothing left open in pyplot either
+    assert (tmp_path / "matrix.png").read_bytes().startswith(b"\x89PNG")  # still a PNG, drawn by Agg

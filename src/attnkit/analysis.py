@@ -116,24 +116,6 @@ def _overlap_share(cells: Tensor, box: Sequence[float]) -> Tensor:
     return width * height / area
 
 
-def pointing_hit(weights: Tensor, grid: tuple[int, int], image_size: tuple[int, int], box: Sequence[float]) -> bool:
-    """Does the peak cell of one step's weights (L,) overlap the box? (The pointing game at the grid's resolution.)"""
-    return _hit(weights, _overlap_share(cell_boxes(grid, image_size), box))
-
-
-def mass_in_box(weights: Tensor, grid: tuple[int, int], image_size: tuple[int, int], box: Sequence[float]) -> float:
-    """Attention inside the box: each cell's weight times the share of the cell the box covers."""
-    return _mass(weights, _overlap_share(cell_boxes(grid, image_size), box))
-
-
-def _hit(weights: Tensor, share: Tensor) -> bool:
-    return bool(share[int(weights.float().argmax())] > 0)
-
-
-def _mass(weights: Tensor, share: Tensor) -> float:
-    return float((weights.float() * share).sum())
-
-
 @dataclass(frozen=True)
 class ImageGrounding:
     """Pointing-game counts of one or more sentences; ``+`` pools them. ``ImageGrounding()`` has scored nothing."""
@@ -157,7 +139,11 @@ class ImageGrounding:
 def image_grounding(
     attention: Tensor, referents: Sequence[int | None], boxes: Sequence[Sequence[float]], grid: tuple[int, int], image_size: tuple[int, int]
 ) -> ImageGrounding:
-    """Pointing game and in-box mass over the words that name an object: ``attention`` (T, L) row t is word t."""
+    """Pointing game and in-box mass over the words that name an object: ``attention`` (T, L) row t is word t.
+
+    A word hits when its step's peak cell overlaps the box of the object it names (the pointing game at
+    the grid's resolution); its in-box mass is each cell's weight times the share of the cell the box covers.
+    """
     cells = cell_boxes(grid, image_size)  # (L, 4), once for every word
     words = hits = 0
     mass = 0.0
@@ -165,9 +151,10 @@ def image_grounding(
         if referent is None or step >= attention.shape[0]:
             continue
         share = _overlap_share(cells, boxes[referent])  # (L,)
+        weights = attention[step].float()  # (L,)
         words += 1
-        hits += _hit(attention[step], share)
-        mass += _mass(attention[step], share)
+        hits += bool(share[int(weights.argmax())] > 0)
+        mass += float((weights * share).sum())
     return ImageGrounding(words, hits, mass)
 
 

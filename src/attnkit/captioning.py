@@ -23,7 +23,7 @@ import torch
 from PIL import Image
 from torch import Tensor, nn
 
-from attnkit.checkpoint import Checkpoint, load_checkpoint
+from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights
 from attnkit.config import ExperimentConfig, SearchConfig, from_dict, to_dict
 from attnkit.data.batching import Batch, pad_sequences
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
@@ -120,7 +120,7 @@ class Captioner:
         config = from_dict(ExperimentConfig, checkpoint.config)
         pipeline = CaptionPipeline.from_checkpoint(checkpoint)
         model = build_model(checkpoint.task, config, checkpoint.vocabularies, load_weights=False)
-        model.load_state_dict(checkpoint.model)
+        load_weights(model, checkpoint)
         cache = _feature_cache(model.encoder_for("image"), cache_dir) if cache_dir else None
         return cls(model, pipeline, config.search, resolve_device(device), cache)
 

@@ -170,7 +170,7 @@ def _read(path: Path, map_location: str | torch.device) -> Any:
                 raise UserError(f"{unreadable}: it holds compressed members, which torch.save never writes")
             damaged = archive.testzip()
         if damaged is not None:
-            raise UserError(f"{unreadable}: it is damaged ({damaged} fails its checksum)")
+            raise UserError(f"{unreadable}: it is damaged ({_names([damaged])} fails its checksum)")
         with warnings.catch_warnings():  # a damaged pickle can make torch warn about its own internals
             warnings.simplefilter("ignore")
             return torch.load(path, map_location=map_location, weights_only=True)

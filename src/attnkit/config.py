@@ -4,123 +4,213 @@ YAML lives only at the edge (``tasks/configs/*.yaml``); :func:`load_config`
 reads it, applies dotted overrides (``--set decoder.hidden_size=512``) and
 rejects unknown keys with the list of valid ones. The resolved config is stored
 in every run folder and checkpoint and rebuilds the model.
+
+Every value is checked when a config is built (from a dict or directly): its
+type, and the rule declared with its field (``checked(default, rule)``), so a
+bad value fails at once with its dotted key instead of deep in training.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from attnkit.errors import UserError
+from attnkit.files import write_text_atomic
+
+# The valid names of the choice fields. They live here, not beside the code that uses them
+# (encoders.image, attention, vocab, ...), because those modules import this one: importing them
+# back would be a cycle (and would load torch for a config). tests/test_config.py checks that the
+# lists agree.
+TASKS = ("translation", "captioning", "multitask")
+TOKENIZERS = ("moses", "nltk", "space")
+RNNS = ("gru", "lstm")
+NO_RNN = "none"
+STYLES = ("luong", "bahdanau")
+SCORES = ("dot", "general", "concat", "additive", "scaled_dot", "none")
+INITS = ("bridge", "zeros")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+IMAGE_BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "efficientnet_lite0", "local_cnn")
+
+# Keys that older attnkit versions wrote (into checkpoints and run folders) and that no longer exist,
+# with why; see drop_legacy_keys.
+LEGACY_KEYS = {
+    "search.n_best": "it was never read; give --n-best to tasks/translate.py or tasks/caption.py",
+}
+
+
+# -- value rules ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rule:
+    """What a config value may be: ``test`` accepts it; ``text`` completes "must be ..."."""
+
+    test: Callable[[Any], bool]
+    text: str
+    choices: tuple[str, ...] = ()  # a choice: the message lists them
+
+    def message(self, key: str, value: Any) -> str:
+        if self.choices:
+            return f"config key {key}: unknown {self.text} {value!r}; choose one of {', '.join(self.choices)}"
+        return f"config key {key} must be {self.text}, got {value!r}"
+
+
+RULE = "rule"  # the metadata key of a field's rule
+
+
+def checked(default: Any, rule: Rule) -> Any:
+    """A field with a default and the rule its values must follow."""
+    return field(default=default, metadata={RULE: rule})
+
+
+def at_least(low: float) -> Rule:
+    return Rule(lambda value: value >= low, f"at least {low}")
+
+
+def above(low: float) -> Rule:
+    return Rule(lambda value: value > low, f"greater than {low}")
+
+
+def between(low: float, high: float, *, low_open: bool = False, high_open: bool = False) -> Rule:
+    """``low <= value <= high``; an open end excludes its bound."""
+
+    def test(value: float) -> bool:
+        return (low < value if low_open else low <= value) and (value < high if high_open else value <= high)
+
+    return Rule(test, f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}")
+
+
+PROBABILITY = between(0, 1)
+BELOW_ONE = between(0, 1, high_open=True)  # dropout, label smoothing: 1 would drop (or smooth away) everything
+
+
+def one_of(*choices: str, what: str) -> Rule:
+    return Rule(lambda value: value in choices, what, choices)
+
+
+def matching(pattern: str, text: str) -> Rule:
+    return Rule(lambda value: re.fullmatch(pattern, value) is not None, text)
+
+
+NOT_EMPTY = Rule(bool, "a non-empty string")
+
+
+# -- the config ----------------------------------------------------------------------------------------
+class _Checked:
+    """Base of the config sections: check every value when one is built (``from_dict``, directly, ``replace``)."""
+
+    def __post_init__(self) -> None:
+        check_values(self)
 
 
 @dataclass(frozen=True)
-class TokenizerConfig:
-    kind: str = "moses"  # moses (sacremoses) | nltk (NLTKWordTokenizer) | space (split on whitespace)
+class TokenizerConfig(_Checked):
+    kind: str = checked("moses", one_of(*TOKENIZERS, what="tokenizer kind"))  # moses (sacremoses) | nltk (NLTKWordTokenizer) | space (split on whitespace)
     lowercase: bool = True  # lower-case before tokenising (and score BLEU lower-cased)
 
 
 @dataclass(frozen=True)
-class DataConfig:
-    path: str = "data/tatoeba-fr-en"  # prepared dataset folder (see data_scripts/); relative to the project root
+class DataConfig(_Checked):
+    path: str = checked("data/tatoeba-fr-en", NOT_EMPTY)  # prepared dataset folder (see data_scripts/); relative to the project root
     source_lang: str = ""  # empty: the first language in the folder's dataset.json
     target_lang: str = ""  # empty: the second language in dataset.json
-    min_freq: int = 1  # words seen fewer times in training map to <unk>
-    max_vocab: int = 0  # keep at most this many words per side (0: no cap)
-    max_source_length: int = 50  # longer training pairs are skipped; longer inputs are truncated at translation
-    max_target_length: int = 50  # longer training pairs are skipped
+    min_freq: int = checked(1, at_least(1))  # words seen fewer times in training map to <unk>
+    max_vocab: int = checked(0, at_least(0))  # keep at most this many words per side (0: no cap)
+    max_source_length: int = checked(50, at_least(1))  # longer training pairs are skipped; longer inputs are truncated at translation
+    max_target_length: int = checked(50, at_least(1))  # longer training pairs are skipped
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     feature_cache: str = "cache/features"  # captioning with a frozen image encoder: grid features cached here ("" : off)
     text_path: str = ""  # task multitask: the parallel-text dataset (data.path is then the captioning dataset)
 
 
 @dataclass(frozen=True)
-class TextEncoderConfig:
-    embedding_size: int = 256
-    hidden_size: int = 256  # per direction; memory size D is 2x this when bidirectional
-    num_layers: int = 1
-    rnn: str = "gru"  # gru | lstm | none (memory = embedding + position code: each position holds only its word)
+class TextEncoderConfig(_Checked):
+    embedding_size: int = checked(256, at_least(1))
+    hidden_size: int = checked(256, at_least(1))  # per direction; memory size D is 2x this when bidirectional
+    num_layers: int = checked(1, at_least(1))
+    rnn: str = checked("gru", one_of(*RNNS, NO_RNN, what="text encoder RNN"))  # gru | lstm | none (memory = embedding + position code: each position holds only its word)
     bidirectional: bool = True
-    dropout: float = 0.1  # on embeddings and between layers
+    dropout: float = checked(0.1, BELOW_ONE)  # on embeddings and between layers
 
 
 @dataclass(frozen=True)
-class ImageEncoderConfig:
-    backbone: str = "efficientnet_lite0"  # resnet18|34|50|101, mobilenet_v3_small|large, efficientnet_b0, efficientnet_lite0, local_cnn (small, from scratch)
-    weights: str = "default"  # default: packaged ImageNet weights (efficientnet_lite0), random for others | none | PATH (torchvision state_dict)
-    weights_sha256: str = ""  # set by training: the digest of the weights file, so a checkpoint needs neither the file nor the package
-    image_size: int = 224  # images are resized to image_size x image_size
-    blocks: int = 0  # keep only the backbone's first N blocks (0: all): an earlier cut gives finer, more local cells
-    grid_size: int = 7  # average-pool the feature map to grid_size x grid_size cells (0: keep the backbone's)
-    memory_size: int = 512  # project each cell to this size (0: keep the backbone's channels)
-    trainable_blocks: int = 0  # fine-tune the last N backbone blocks (0: frozen; then features can be cached)
-    backbone_lr: float = 0.0  # learning rate of the fine-tuned blocks (0: train.lr)
-    dropout: float = 0.0  # on the projected cells
+class ImageEncoderConfig(_Checked):
+    backbone: str = checked("efficientnet_lite0", one_of(*IMAGE_BACKBONES, what="image backbone"))  # resnet18|34|50|101, mobilenet_v3_small|large, efficientnet_b0, efficientnet_lite0, local_cnn (small, from scratch)
+    weights: str = checked("default", NOT_EMPTY)  # default: packaged ImageNet weights (efficientnet_lite0), random for others | none | PATH (torchvision state_dict)
+    weights_sha256: str = checked("", matching(r"|none|[0-9a-f]{64}", "empty, none or a SHA-256 hex digest"))  # set by training: the digest of the weights file, so a checkpoint needs neither the file nor the package
+    image_size: int = checked(224, at_least(1))  # images are resized to image_size x image_size
+    blocks: int = checked(0, at_least(0))  # keep only the backbone's first N blocks (0: all): an earlier cut gives finer, more local cells
+    grid_size: int = checked(7, at_least(0))  # average-pool the feature map to grid_size x grid_size cells (0: keep the backbone's)
+    memory_size: int = checked(512, at_least(0))  # project each cell to this size (0: keep the backbone's channels)
+    trainable_blocks: int = checked(0, at_least(0))  # fine-tune the last N backbone blocks (0: frozen; then features can be cached)
+    backbone_lr: float = checked(0.0, at_least(0))  # learning rate of the fine-tuned blocks (0: train.lr)
+    dropout: float = checked(0.0, BELOW_ONE)  # on the projected cells
     position_embedding: bool = False  # add a learned embedding of each cell's position to its memory vector (needs grid_size)
 
 
 @dataclass(frozen=True)
-class DecoderConfig:
-    embedding_size: int = 256
-    hidden_size: int = 512
-    num_layers: int = 1
-    rnn: str = "gru"  # gru | lstm
-    style: str = "luong"  # luong: RNN then attend with the new state | bahdanau: attend with the previous state, context into the RNN
-    score: str = "general"  # dot | general | concat | additive | scaled_dot | none (no attention: the context is the memory's mean)
-    attention_size: int = 256  # hidden size inside concat / additive scores
+class DecoderConfig(_Checked):
+    embedding_size: int = checked(256, at_least(1))
+    hidden_size: int = checked(512, at_least(1))
+    num_layers: int = checked(1, at_least(1))
+    rnn: str = checked("gru", one_of(*RNNS, what="decoder RNN"))  # gru | lstm
+    style: str = checked("luong", one_of(*STYLES, what="decoder style"))  # luong: RNN then attend with the new state | bahdanau: attend with the previous state, context into the RNN
+    score: str = checked("general", one_of(*SCORES, what="attention score"))  # dot | general | concat | additive | scaled_dot | none (no attention: the context is the memory's mean)
+    attention_size: int = checked(256, at_least(1))  # hidden size inside concat / additive scores
     input_feeding: bool = False  # luong: feed the previous attentional vector into the RNN
     context_gate: bool = False  # bahdanau: Show-Attend-Tell gate beta = sigmoid(W s) on the context
-    readout_size: int = 0  # size of the vector before the output layer (0: hidden_size; tied embeddings force embedding_size)
-    dropout: float = 0.1  # on embeddings, between RNN layers and before the output layer
+    readout_size: int = checked(0, at_least(0))  # size of the vector before the output layer (0: hidden_size; tied embeddings force embedding_size)
+    dropout: float = checked(0.1, BELOW_ONE)  # on embeddings, between RNN layers and before the output layer
     tie_embeddings: bool = False  # output layer shares the target embedding matrix
-    init: str = "bridge"  # bridge: tanh(W init_state) | zeros
+    init: str = checked("bridge", one_of(*INITS, what="decoder init"))  # bridge: tanh(W init_state) | zeros
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    batch_size: int = 64  # sentences per batch (batches are bucketed by length)
-    epochs: int = 20
-    lr: float = 1e-3  # Adam
-    weight_decay: float = 0.0
-    clip_norm: float = 1.0  # gradient norm clipping (0: off)
-    label_smoothing: float = 0.0
-    attention_regularization: float = 0.0  # lambda of the doubly stochastic term sum_l (1 - sum_t alpha_tl)^2
-    teacher_forcing: float = 1.0  # probability of feeding the gold previous word (below 1: scheduled sampling)
-    lr_patience: int = 1  # validations without improvement before the LR is multiplied by lr_factor
-    lr_factor: float = 0.5
-    min_lr: float = 1e-5
-    patience: int = 5  # early stopping: validations without improvement before training stops (0: never)
-    max_minutes: float = 0.0  # time budget: no epoch starts that would, at the last epoch's pace, end past it (0: none)
-    valid_beam_size: int = 1  # beam used by validation decoding (1: greedy)
-    valid_max_examples: int = 0  # decode at most this many validation examples (0: all)
-    device: str = "auto"  # auto (cuda when present) | cpu | cuda | cuda:N
-    precision: str = "auto"  # auto (bf16 on capable CUDA, fp16 on older CUDA, fp32 on CPU) | fp32 | bf16 | fp16
-    num_workers: int = 0  # data loader workers (auto-raised to 2 on CUDA when 0)
-    threads: int = 0  # torch CPU threads (0: PyTorch default)
-    seed: int = 1
-    log_every: int = 50  # progress-bar refresh of the running loss, in batches
-    caption_share: float = 0.5  # task multitask: share of the batches that are captioning batches (the rest translate)
+class TrainConfig(_Checked):
+    batch_size: int = checked(64, at_least(1))  # sentences per batch (batches are bucketed by length)
+    epochs: int = checked(20, at_least(1))
+    lr: float = checked(1e-3, above(0))  # Adam
+    weight_decay: float = checked(0.0, at_least(0))
+    clip_norm: float = checked(1.0, at_least(0))  # gradient norm clipping (0: off)
+    label_smoothing: float = checked(0.0, BELOW_ONE)
+    attention_regularization: float = checked(0.0, at_least(0))  # lambda of the doubly stochastic term sum_l (1 - sum_t alpha_tl)^2
+    teacher_forcing: float = checked(1.0, PROBABILITY)  # probability of feeding the gold previous word (below 1: scheduled sampling)
+    lr_patience: int = checked(1, at_least(0))  # validations without improvement before the LR is multiplied by lr_factor
+    lr_factor: float = checked(0.5, between(0, 1, low_open=True, high_open=True))
+    min_lr: float = checked(1e-5, at_least(0))
+    patience: int = checked(5, at_least(0))  # early stopping: validations without improvement before training stops (0: never)
+    max_minutes: float = checked(0.0, at_least(0))  # time budget: no epoch starts that would, at the last epoch's pace, end past it (0: none)
+    valid_beam_size: int = checked(1, at_least(1))  # beam used by validation decoding (1: greedy)
+    valid_max_examples: int = checked(0, at_least(0))  # decode at most this many validation examples (0: all)
+    device: str = checked("auto", matching(r"auto|cpu|cuda(:[0-9]+)?", "auto, cpu, cuda or cuda:N"))  # auto (cuda when present) | cpu | cuda | cuda:N
+    precision: str = checked("auto", one_of(*PRECISIONS, what="precision"))  # auto (bf16 on capable CUDA, fp16 on older CUDA, fp32 on CPU) | fp32 | bf16 | fp16
+    num_workers: int = checked(0, at_least(0))  # data loader workers (auto-raised to 2 on CUDA when 0)
+    threads: int = checked(0, at_least(0))  # torch CPU threads (0: the cores this process may use, shared among the ranks of a torchrun job on this machine)
+    seed: int = checked(1, between(0, 2**32 - 1))  # the range every seeded generator (torch, numpy, random) accepts
+    log_every: int = checked(50, at_least(1))  # progress-bar refresh of the running loss, in batches
+    caption_share: float = checked(0.5, PROBABILITY)  # task multitask: share of the batches that are captioning batches (the rest translate)
 
 
 @dataclass(frozen=True)
-class SearchConfig:
-    beam_size: int = 5  # 1: greedy
-    length_penalty: float = 1.0  # GNMT alpha: score / ((5 + len) / 6) ** alpha (0: raw log-probability)
-    max_length_ratio: float = 2.0  # stop after max_length_ratio * source length + max_length_offset steps
-    max_length_offset: int = 10
-    n_best: int = 1
+class SearchConfig(_Checked):
+    beam_size: int = checked(5, at_least(1))  # 1: greedy
+    length_penalty: float = checked(1.0, at_least(0))  # GNMT alpha: score / ((5 + len) / 6) ** alpha (0: raw log-probability)
+    max_length_ratio: float = checked(2.0, at_least(0))  # stop after max_length_ratio * source length + max_length_offset steps
+    max_length_offset: int = checked(10, at_least(0))
 
 
 @dataclass(frozen=True)
-class ExperimentConfig:
-    name: str = "experiment"
-    task: str = "translation"  # translation | captioning | multitask (one decoder, an image and a text encoder)
+class ExperimentConfig(_Checked):
+    name: str = checked("experiment", NOT_EMPTY)
+    task: str = checked("translation", one_of(*TASKS, what="task"))  # translation | captioning | multitask (one decoder, an image and a text encoder)
     output_dir: str = ""  # empty: runs/<name>
     data: DataConfig = field(default_factory=DataConfig)
     text_encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)  # task translation
@@ -134,29 +224,98 @@ class ExperimentConfig:
         return Path(self.output_dir or f"runs/{self.name}")
 
 
+# -- checking --------------------------------------------------------------------------------------------
+@cache
+def _sections() -> dict[type, str]:
+    """Each section's dotted name in an ExperimentConfig ("" for the top level), for error messages."""
+    names: dict[type, str] = {}
+
+    def walk(cls: type, prefix: str) -> None:
+        names[cls] = prefix
+        for name, kind in typing.get_type_hints(cls).items():
+            if dataclasses.is_dataclass(kind):
+                walk(kind, f"{prefix}{name}.")
+
+    walk(ExperimentConfig, "")
+    return names
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _has_type(kind: type, value: Any) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def check_values(config: Any) -> None:
+    """Raise a :class:`UserError` naming the first value of ``config`` (one section) that is not valid."""
+    cls = type(config)
+    prefix, hints = _sections().get(cls, ""), _hints(cls)
+    for item in dataclasses.fields(config):
+        key, kind, value = prefix + item.name, hints[item.name], getattr(config, item.name)
+        if not _has_type(kind, value):
+            expected = "a mapping" if dataclasses.is_dataclass(kind) else kind.__name__
+            raise UserError(f"config key {key} must be {expected}, got {value!r}")
+        if kind is float and not math.isfinite(value):
+            raise UserError(f"config key {key} must be a finite number, got {value!r}")
+        rule: Rule | None = item.metadata.get(RULE)
+        if rule is not None and not rule.test(value):
+            raise UserError(rule.message(key, value))
+
+
+# -- dicts and YAML --------------------------------------------------------------------------------------
 def to_dict(config: Any) -> dict[str, Any]:
     """Plain nested dict (str, int, float, bool only): YAML-, JSON- and ``weights_only``-safe."""
     return dataclasses.asdict(config)
 
 
 def from_dict(cls: type, values: Mapping[str, Any], where: str = "") -> Any:
-    """Build dataclass ``cls`` from ``values``; unknown keys and wrong types are :class:`UserError`."""
+    """Build dataclass ``cls`` from ``values``; unknown keys, wrong types and invalid values are :class:`UserError`."""
     if not isinstance(values, Mapping):
         raise UserError(f"config section '{where or 'top level'}' must be a mapping, got {values!r}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    unknown = sorted(set(values) - set(fields))
+    hints = _hints(cls)
+    prefix = f"{where}." if where else ""
+    unknown = sorted(_shown(k) for k in values if k not in fields)
     if unknown:
-        prefix = f"{where}." if where else ""
+        legacy = [f"{prefix}{k} was removed: {LEGACY_KEYS[prefix + k]}" for k in unknown if prefix + k in LEGACY_KEYS]
         raise UserError(
             f"unknown config key{'s' if len(unknown) > 1 else ''} {', '.join(prefix + k for k in unknown)}; "
-            f"valid keys{' in ' + where if where else ''}: {', '.join(fields)}"
+            f"valid keys{' in ' + where if where else ''}: {', '.join(fields)}" + "".join(f" ({note})" for note in legacy)
         )
     kwargs = {}
     for name, value in values.items():
-        key = f"{where}.{name}" if where else name
-        kwargs[name] = _coerce(hints[name], value, key)
+        kwargs[name] = _coerce(hints[name], value, prefix + name)
     return cls(**kwargs)
+
+
+def _shown(key: Any) -> str:
+    """A key as a message shows it: YAML keys may be numbers or null, a damaged file's may hold control bytes."""
+    text = str(key)
+    return text if text.isprintable() else repr(text)
+
+
+def drop_legacy_keys(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a stored config dict (a checkpoint's) without the keys older versions wrote and this one dropped."""
+    values = dict(values)
+    for dotted in LEGACY_KEYS:
+        *sections, key = dotted.split(".")
+        node = values
+        for section in sections:  # copy the sections on the way down: the caller's dict stays as it was
+            if not isinstance(node.get(section), Mapping):
+                break
+            copied = dict(node[section])
+            node[section] = copied
+            node = copied
+        else:
+            node.pop(key, None)
+    return values
 
 
 def _coerce(kind: type, value: Any, key: str) -> Any:
@@ -184,19 +343,32 @@ def _coerce(kind: type, value: Any, key: str) -> Any:
     raise UserError(f"config key {key} must be {kind.__name__}, got {value!r}")
 
 
+def _one_line(error: yaml.YAMLError) -> str:
+    """A YAML error in one line: its problem and where (PyYAML's own text spans several lines)."""
+    problem, mark = getattr(error, "problem", None), getattr(error, "problem_mark", None)
+    if not problem:
+        return " ".join(str(error).split())
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return " ".join(f"{problem}{where}".split())
+
+
 def apply_overrides(values: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
     """Apply ``a.b=c`` overrides (values parsed as YAML scalars) to a nested dict, in place."""
     for override in overrides:
-        if "=" not in override:
-            raise UserError(f"override '{override}' must look like section.key=value")
-        dotted, raw = override.split("=", 1)
+        dotted, equals, raw = override.partition("=")
         parts = dotted.strip().split(".")
+        if not equals or not all(parts):
+            raise UserError(f"override '{override}' must look like section.key=value")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as error:
+            raise UserError(f"override '{override}': the value is not valid YAML ({_one_line(error)}); quote it if it is text") from None
         node = values
         for part in parts[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise UserError(f"override '{override}': {part} is not a section")
-        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+        node[parts[-1]] = value
     return values
 
 
@@ -205,12 +377,23 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
     values: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
-        if not path.is_file():
+        if not path.exists():
             raise UserError(f"config file not found: {path}")
+        if path.is_dir():
+            raise UserError(f"config file {path} is a directory; give a YAML file such as tasks/configs/demo.yaml")
         try:
-            values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            raw = path.read_bytes()
+        except OSError as error:
+            raise UserError(f"cannot read config file {path}: {error.strerror or error}") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            line = raw[: error.start].count(b"\n") + 1
+            raise UserError(f"config file {path} is not UTF-8 text (line {line} is not); save it as UTF-8") from None
+        try:
+            values = yaml.safe_load(text) or {}
         except yaml.YAMLError as error:
-            raise UserError(f"config file {path} is not valid YAML: {error}") from None
+            raise UserError(f"config file {path} is not valid YAML: {_one_line(error)}") from None
         if not isinstance(values, dict):
             raise UserError(f"config file {path} must hold a mapping of sections")
     apply_overrides(values, overrides)
@@ -218,4 +401,4 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
 
 
 def save_config(config: ExperimentConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(to_dict(config), sort_keys=False), encoding="utf-8")
+    write_text_atomic(path, yaml.safe_dump(to_dict(config), sort_keys=False))

@@ -1,13 +1,29 @@
 """Errors a user can cause (bad input, bad config, missing files).
 
 Entry points in ``tasks/`` turn a :class:`UserError` into one line on stderr and
-a non-zero exit code; anything else is a bug and keeps its traceback.
+a non-zero exit code; anything else is a bug and keeps its traceback. Two
+conditions of the machine, not of the code, are reported the same way: a full
+disk (or a write refused: permissions, read-only file system), and a closed
+stdout (``... | head``), which ends the run quietly.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import select
 import sys
 from collections.abc import Callable, Sequence
+
+BROKEN_PIPE_EXIT = 141  # what a shell reports for a process ended by SIGPIPE (128 + 13)
+
+# OSErrors that say what the machine lets us do, never what the code got wrong; the hint says what to do.
+ENVIRONMENT_ERRORS = {
+    errno.ENOSPC: "free some space or write elsewhere",
+    getattr(errno, "EDQUOT", errno.ENOSPC): "free some space or write elsewhere",  # disk quota exceeded (POSIX only)
+    errno.EACCES: "check the permissions or write elsewhere",
+    errno.EROFS: "write elsewhere",
+}
 
 
 class UserError(Exception):
@@ -15,12 +31,55 @@ class UserError(Exception):
 
 
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
-    """Run a task's ``main`` and map a :class:`UserError` to ``error: ...`` and exit code 2."""
+    """Run a task's ``main``; map a :class:`UserError` (or a full disk, ...) to ``error: ...`` and exit code 2."""
     try:
-        return int(main(argv) or 0)
+        code = int(main(argv) or 0)
+        sys.stdout.flush()  # so a closed pipe shows here, not in the interpreter's flush at exit
+        return code
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        if not _stdout_closed():  # another pipe (a worker, a subprocess): that is a bug to see
+            raise
+        _discard_stdout()
+        return BROKEN_PIPE_EXIT
+    except OSError as error:
+        if error.errno not in ENVIRONMENT_ERRORS:
+            raise
+        print(f"error: {describe_os_error(error)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def describe_os_error(error: OSError) -> str:
+    """``No space left on device: runs/x/last.pt (free some space or write elsewhere)``: one line."""
+    paths = " -> ".join(str(name) for name in (error.filename, error.filename2) if name is not None)
+    hint = ENVIRONMENT_ERRORS.get(error.errno)
+    return (error.strerror or str(error)) + (f": {paths}" if paths else "") + (f" ({hint})" if hint else "")
+
+
+def _stdout_closed() -> bool:
+    """Is stdout a pipe whose reader has gone? Where that cannot be told, assume so, as the Python docs do."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # no stdout, or a replaced one without a descriptor
+        return True
+    if not hasattr(select, "poll"):  # Windows
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _discard_stdout() -> None:
+    """Point stdout at devnull: the output still buffered would fail again when Python flushes it at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from attnkit.checkpoint import Checkpoint, save_checkpoint
+from attnkit.checkpoint import Checkpoint, load_weights, save_checkpoint
 from attnkit.config import ExperimentConfig, TrainConfig, save_config, to_dict
 from attnkit.data.batching import BucketBatchSampler
 from attnkit.distributed import Distributed, ShardedBatchSampler, autocast, choose_threads, resolve_device, resolve_precision
@@ -158,16 +158,19 @@ class Trainer:
         training = checkpoint.training
         if not training:
             raise UserError("this checkpoint holds no training state (it was exported for inference); it cannot be resumed")
-        self.model.load_state_dict(checkpoint.model)
-        self.optimizer.load_state_dict(training["optimizer"])
-        self.scheduler.load_state_dict(training["scheduler"])
-        if training.get("scaler"):
-            self.scaler.load_state_dict(training["scaler"])
-        self._restore_random_state(training)
-        # Resuming is a request to go on: a saved stop is decided afresh after the next epoch
-        # (with the possibly raised epochs, patience or max_minutes of the resumed config).
-        self.progress = replace(TrainingProgress(**training["progress"]), stopped=False, stop_reason="")
-        self.history = [record for record in training.get("history", []) if record["epoch"] <= self.progress.epoch]
+        load_weights(self.model, checkpoint)
+        try:
+            self.optimizer.load_state_dict(training["optimizer"])
+            self.scheduler.load_state_dict(training["scheduler"])
+            if training.get("scaler"):
+                self.scaler.load_state_dict(training["scaler"])
+            self._restore_random_state(training)
+            # Resuming is a request to go on: a saved stop is decided afresh after the next epoch
+            # (with the possibly raised epochs, patience or max_minutes of the resumed config).
+            self.progress = replace(TrainingProgress(**training["progress"]), stopped=False, stop_reason="")
+            self.history = [record for record in training.get("history", []) if record["epoch"] <= self.progress.epoch]
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as error:  # the weights fit, the rest does not
+            raise UserError(f"the checkpoint's training state does not fit this run ({type(error).__name__}): it is damaged or from an incompatible version") from None
 
     def _restore_random_state(self, training: dict[str, Any]) -> None:
         states = training.get("rng") or [{"cpu": training["torch_rng"]}]  # "torch_rng": checkpoints before several ranks were saved

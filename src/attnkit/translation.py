@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from attnkit.checkpoint import Checkpoint, load_checkpoint
+from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights
 from attnkit.config import ExperimentConfig, SearchConfig, from_dict, to_dict
 from attnkit.data.batching import pad_sequences
 from attnkit.data.text import ParallelTextDataset, collate_pairs, read_parallel, resolve_languages
@@ -125,7 +125,7 @@ class Translator:
         config = from_dict(ExperimentConfig, checkpoint.config)
         pipeline = TextPipeline.from_checkpoint(checkpoint)
         model = build_model(checkpoint.task, config, checkpoint.vocabularies, load_weights=False)
-        model.load_state_dict(checkpoint.model)
+        load_weights(model, checkpoint)
         return cls(model, pipeline, config.search, resolve_device(device))
 
     def _prepare(self, sentence: str) -> tuple[list[str], bool]:

@@ -1,4 +1,8 @@
-"""Attention figures (matplotlib, Agg backend: no screen needed)."""
+"""Attention figures, written to files.
+
+Each figure is a ``matplotlib.figure.Figure`` on its own Agg canvas: no screen is needed, and
+pyplot's backend (a notebook's, say) is neither read nor changed.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from torch import Tensor
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from torch import Tensor  # noqa: E402
+from attnkit.files import atomic_path
 
-from attnkit.files import atomic_path  # noqa: E402
+
+def _new_figure(**options) -> Figure:
+    """A figure (``options`` as for ``Figure``) drawn on its own Agg canvas, outside pyplot."""
+    figure = Figure(**options)
+    FigureCanvasAgg(figure)  # attaches itself as figure.canvas
+    return figure
 
 
 def plot_attention_matrix(attention: Tensor, source_words: Sequence[str], target_words: Sequence[str], path: str | Path, title: str = "") -> Path:
@@ -20,7 +30,8 @@ def plot_attention_matrix(attention: Tensor, source_words: Sequence[str], target
     rows, columns = weights.shape
     if rows != len(target_words) or columns != len(source_words):
         raise ValueError(f"attention is {rows}x{columns} but there are {len(target_words)} target and {len(source_words)} source words")
-    figure, axes = plt.subplots(figsize=(1.0 + 0.45 * columns, 1.0 + 0.4 * rows))
+    figure = _new_figure(figsize=(1.0 + 0.45 * columns, 1.0 + 0.4 * rows))
+    axes = figure.subplots()
     image = axes.imshow(weights, cmap="Greys", vmin=0.0, vmax=1.0, aspect="auto")
     axes.set_xticks(range(columns), labels=list(source_words), rotation=60, ha="right")
     axes.set_yticks(range(rows), labels=list(target_words))
@@ -56,7 +67,8 @@ def plot_image_attention(image, words: Sequence[str], attention: Tensor, grid: t
     maps = attention_maps(attention, grid, pixels.shape[:2]).numpy()
     panels = 1 + len(words)
     rows = (panels + columns - 1) // columns
-    figure, axes = plt.subplots(rows, columns, figsize=(2.2 * columns, 2.3 * rows), squeeze=False)
+    figure = _new_figure(figsize=(2.2 * columns, 2.3 * rows))
+    axes = figure.subplots(rows, columns, squeeze=False)
     for index, axis in enumerate(axes.flat):
         axis.axis("off")
         if index >= panels:
@@ -76,11 +88,8 @@ def plot_image_attention(image, words: Sequence[str], attention: Tensor, grid: t
 
 def save_figure(figure, path: str | Path) -> Path:
     """Write a figure atomically (a half-written PNG never replaces a good one)."""
-    try:
-        with atomic_path(path) as temporary:
-            figure.savefig(temporary, dpi=110)
-    finally:
-        plt.close(figure)
+    with atomic_path(path) as temporary:
+        figure.savefig(temporary, dpi=110)
     return Path(path)
 
 
@@ -106,9 +115,8 @@ def plot_cross_modal(image, comparison, path: str | Path, title: str = "", colum
     """
     words, sources = comparison.target_words, comparison.source_words
     blocks = (len(words) + columns - 1) // columns
-    figure, axes = plt.subplots(
-        2 * blocks, columns, figsize=(2.1 * columns, 4.2 * blocks), squeeze=False, gridspec_kw={"height_ratios": [2.0, 1.4] * blocks}
-    )
+    figure = _new_figure(figsize=(2.1 * columns, 4.2 * blocks))
+    axes = figure.subplots(2 * blocks, columns, squeeze=False, gridspec_kw={"height_ratios": [2.0, 1.4] * blocks})
     text_weights = comparison.text_attention.float().numpy()
     pictures = overlays(image, comparison.image_attention, comparison.grid)
     for t in range(blocks * columns):
@@ -134,7 +142,8 @@ def plot_distributions(series: dict[str, dict[str, Sequence[float]]], path: str 
 
     ``series``: statistic name -> {group name -> values}.
     """
-    figure, axes = plt.subplots(1, len(series), figsize=(4.2 * len(series), 3.2), squeeze=False)
+    figure = _new_figure(figsize=(4.2 * len(series), 3.2))
+    axes = figure.subplots(1, len(series), squeeze=False)
     for axis, (statistic, groups) in zip(axes[0], series.items()):
         for group, values in groups.items():
             axis.hist(list(values), bins=20, range=(0.0, 1.0), alpha=0.55, label=group)

@@ -1,0 +1,106 @@
+"""errors.run_cli, which turns what a user (or the machine) caused into one ``error:`` line.
+
+(Named test_config_*: the file belongs with the config's own tests, the commonest source of UserErrors.)
+"""
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnkit.errors import BROKEN_PIPE_EXIT, UserError, run_cli
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _raising(error: BaseException):
+    def main(argv):
+        raise error
+
+    return main
+
+
+def test_a_user_error_is_one_line_and_exit_code_2(capsys):
+    assert run_cli(_raising(UserError("config key train.batch_size must be at least 1, got 0"))) == 2
+    assert capsys.readouterr().err == "error: config key train.batch_size must be at least 1, got 0\n"
+    assert run_cli(lambda argv: None) == 0 and run_cli(lambda argv: 3) == 3
+
+
+@pytest.mark.parametrize(
+    "code, text, hint",
+    [
+        (errno.ENOSPC, "No space left on device", "free some space"),
+        (getattr(errno, "EDQUOT", errno.ENOSPC), "Disk quota exceeded", "free some space"),
+        (errno.EACCES, "Permission denied", "check the permissions"),
+        (errno.EROFS, "Read-only file system", "write elsewhere"),
+    ],
+)
+def test_a_full_disk_or_a_refused_write_is_one_line_and_exit_code_2(code, text, hint, capsys):
+    assert run_cli(_raising(OSError(code, text, "runs/demo/last.pt"))) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {text}: runs/demo/last.pt ({hint}") and err.count("\n") == 1
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_a_real_full_device(capsys):
+    def main(argv):
+        with open("/dev/full", "w") as handle:
+            handle.write("x" * 100_000)
+
+    assert run_cli(main) == 2
+    assert capsys.readouterr().err.startswith("error: No space left on device")
+
+
+@pytest.mark.parametrize("error", [OSError(errno.ENOENT, "No such file or directory", "x"), OSError("no errno"), ValueError("a bug"), KeyError("k")])
+def test_other_exceptions_keep_their_traceback(error):
+    with pytest.raises(type(error)):
+        run_cli(_raising(error))
+
+
+def _pipe_stdout(monkeypatch, reader_open: bool):
+    read, write = os.pipe()
+    if not reader_open:
+        os.close(read)
+    stdout = os.fdopen(write, "w")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    return stdout, (read if reader_open else None)
+
+
+def test_a_closed_stdout_ends_the_run_quietly(monkeypatch, capsys):
+    stdout, _ = _pipe_stdout(monkeypatch, reader_open=False)
+
+    def main(argv):
+        for i in range(100_000):
+            print(i)  # ... | head -1: the reader has gone
+
+    try:
+        assert run_cli(main) == BROKEN_PIPE_EXIT
+        print("still buffered", file=stdout)
+        stdout.flush()  # stdout now points at devnull: the interpreter's last flush cannot fail again
+    finally:
+        stdout.close()
+    assert capsys.readouterr().err == ""
+
+
+def test_a_broken_pipe_elsewhere_keeps_its_traceback(monkeypatch):
+    stdout, read = _pipe_stdout(monkeypatch, reader_open=True)
+    try:
+        with pytest.raises(BrokenPipeError):
+            run_cli(_raising(BrokenPipeError(errno.EPIPE, "Broken pipe")))  # e.g. a data loader worker's pipe
+    finally:
+        stdout.close()
+        os.close(read)
+
+
+def test_piped_into_head_exits_141_with_nothing_on_stderr():
+    script = "import sys\nfrom attnkit.errors import run_cli\nsys.exit(run_cli(lambda argv: [print(i) for i in range(200_000)] and 0))\n"
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert process.stdout.readline() == b"0\n"
+    process.stdout.close()  # what head does after its first line
+    stderr = process.stderr.read()
+    assert process.wait(timeout=60) == BROKEN_PIPE_EXIT
+    assert stderr == b""

@@ -1,0 +1,122 @@
+"""Runs that lose nothing: --overwrite removes only the run's files, one process per folder, resume writes where it should."""
+
+from __future__ import annotations
+
+import copy
+import json
+import multiprocessing
+import os
+
+import pytest
+
+from attnkit.checkpoint import load_checkpoint
+from attnkit.config import ExperimentConfig, apply_overrides, from_dict
+from attnkit.errors import UserError
+from attnkit.run_folder import LOCK, RunFolder
+from attnkit.translation import train_translation
+from test_train import toy_config
+
+QUIET = dict(progress_bar=False, log=lambda _: None)
+
+
+def quick(toy_data, run_dir, *more):
+    return toy_config(toy_data, run_dir, "train.epochs=1", "train.valid_max_examples=8", *more)
+
+
+def resumed_config(checkpoint, *overrides):
+    return from_dict(ExperimentConfig, apply_overrides(copy.deepcopy(checkpoint.config), list(overrides)))
+
+
+def logged_epochs(run_dir):
+    return [json.loads(line)["epoch"] for line in (run_dir / "log.jsonl").read_text().splitlines()]
+
+
+def test_overwrite_removes_the_runs_files_and_keeps_the_users(toy_data, tmp_path):
+    train_translation(quick(toy_data, tmp_path), **QUIET)
+    (tmp_path / "my-notes.txt").write_text("keep")
+    (tmp_path / "plots").mkdir()
+    (tmp_path / ".last.4242.tmp.pt").write_bytes(b"half a checkpoint")  # left by a killed write
+    first = (tmp_path / "last.pt").read_bytes()
+    train_translation(quick(toy_data, tmp_path, "train.seed=7"), overwrite=True, **QUIET)
+    assert (tmp_path / "my-notes.txt").read_text() == "keep" and (tmp_path / "plots").is_dir()
+    assert (tmp_path / "last.pt").read_bytes() != first and logged_epochs(tmp_path) == [1]
+    assert not list(tmp_path.glob(".last.*.tmp.pt"))
+
+
+def test_a_bad_config_with_overwrite_removes_nothing(toy_data, tmp_path):
+    train_translation(quick(toy_data, tmp_path), **QUIET)
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir() if path.is_file()}
+    with pytest.raises(UserError):
+        train_translation(quick(toy_data, tmp_path, f"data.path={tmp_path / 'nope'}"), overwrite=True, **QUIET)
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir() if path.is_file()} == before
+
+
+def _hold_lock(folder, ready, release):
+    with RunFolder(folder).claim():
+        ready.set()
+        release.wait(30)
+
+
+def test_a_folder_another_process_trains_into_is_refused(toy_data, tmp_path):
+    context = multiprocessing.get_context("spawn")
+    ready, release = context.Event(), context.Event()
+    holder = context.Process(target=_hold_lock, args=(str(tmp_path), ready, release))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        with pytest.raises(UserError, match="being written by another training"):
+            train_translation(quick(toy_data, tmp_path), **QUIET)
+        assert not (tmp_path / "last.pt").exists() and not (tmp_path / "config.yaml").exists()
+    finally:
+        release.set()
+        holder.join(30)
+    train_translation(quick(toy_data, tmp_path), **QUIET)  # the lock ends with its process
+    assert (tmp_path / LOCK).exists() and (tmp_path / "last.pt").exists()
+
+
+def test_resume_refuses_another_runs_folder_and_a_rewind_without_overwrite(toy_data, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    train_translation(quick(toy_data, a), **QUIET)
+    epoch_one = load_checkpoint(a / "last.pt")
+    train_translation(resumed_config(epoch_one, "train.epochs=2"), resume=epoch_one, **QUIET)
+    train_translation(quick(toy_data, b), **QUIET)
+    with pytest.raises(UserError, match="holds another run"):
+        train_translation(resumed_config(epoch_one, f"output_dir={b}", "train.epochs=4"), resume=epoch_one, **QUIET)
+    assert load_checkpoint(b / "last.pt").training["progress"]["epoch"] == 1  # b untouched
+    with pytest.raises(UserError, match="rewind"):  # a is at epoch 2: going on from epoch 1 would rewind it
+        train_translation(resumed_config(epoch_one, "train.epochs=4"), resume=epoch_one, **QUIET)
+    assert load_checkpoint(a / "last.pt").training["progress"]["epoch"] == 2 and logged_epochs(a) == [1, 2]
+
+
+def test_rewinding_with_overwrite_rewrites_the_log_to_the_resumed_epoch(toy_data, tmp_path):
+    train_translation(toy_config(toy_data, tmp_path, "train.epochs=2", "train.valid_max_examples=8", "train.patience=0"), **QUIET)
+    first = load_checkpoint(tmp_path / "last.pt")
+    train_translation(resumed_config(first, "train.epochs=3"), resume=first, **QUIET)
+    assert logged_epochs(tmp_path) == [1, 2, 3]
+    train_translation(resumed_config(first, "train.epochs=3"), resume=first, overwrite=True, **QUIET)  # epoch 2 again, then 3
+    assert logged_epochs(tmp_path) == [1, 2, 3]
+
+
+def test_resume_repairs_a_log_that_a_kill_left_short_or_long(toy_data, tmp_path):
+    train_translation(toy_config(toy_data, tmp_path, "train.epochs=2", "train.valid_max_examples=8"), **QUIET)
+    lines = (tmp_path / "log.jsonl").read_text().splitlines()
+    (tmp_path / "log.jsonl").write_text(lines[0] + "\n")  # killed after last.pt, before the log line
+    last = load_checkpoint(tmp_path / "last.pt")
+    train_translation(resumed_config(last, "train.epochs=3"), resume=last, **QUIET)
+    assert logged_epochs(tmp_path) == [1, 2, 3]
+
+
+def test_tasks_train_resumes_into_the_checkpoints_folder(toy_data, tmp_path):
+    """A copied run folder goes on in the copy; the original is not touched."""
+    import shutil
+
+    from tasks import train
+
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    train_translation(quick(toy_data, original), **QUIET)
+    shutil.copytree(original, copy)
+    os.remove(copy / LOCK)
+    before = (original / "last.pt").read_bytes()
+    assert train.main(["--resume", str(copy / "last.pt"), "--set", "train.epochs=2", "--no-progress"]) == 0
+    assert (original / "last.pt").read_bytes() == before
+    assert load_checkpoint(copy / "last.pt").training["progress"]["epoch"] == 2 and logged_epochs(copy) == [1, 2]
