@@ -27,7 +27,8 @@ from pathlib import Path
 from attnkit.captioning import TASK as CAPTIONING, Captioner
 from attnkit.checkpoint import load_checkpoint
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split, read_flickr8k_captions
-from attnkit.data.text import read_lines, read_parallel
+from attnkit.cli import check_input_file, check_output_file, check_output_folder, input_lines, non_negative_int, positive_int
+from attnkit.data.text import read_parallel
 from attnkit.errors import UserError, run_cli
 from attnkit.model import MULTITASK
 from attnkit.translation import TASK as TRANSLATION, Translator
@@ -42,9 +43,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reference", metavar="FILE", help="translation: raw reference translations, line-aligned with --source")
     parser.add_argument("--images", metavar="DIR", help="captioning: folder of the images named in --captions")
     parser.add_argument("--captions", metavar="FILE", help="captioning: reference captions, Flickr8k format (image#k<TAB>caption)")
-    parser.add_argument("--beam", type=int, default=None, help="beam size (default: the checkpoint's search.beam_size)")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--limit", type=int, default=0, help="score only the first N pairs or images (0: all)")
+    parser.add_argument("--beam", type=positive_int, default=None, help="beam size (default: the checkpoint's search.beam_size)")
+    parser.add_argument("--batch-size", type=positive_int, default=64)
+    parser.add_argument("--limit", type=non_negative_int, default=0, help="score only the first N pairs or images (0: all)")
     parser.add_argument("--output", metavar="FILE", help="translation: also write the translations here, one per line")
     parser.add_argument("--cache", metavar="DIR", help="captioning: feature cache folder for a frozen encoder (default: none)")
     parser.add_argument("--task", choices=("caption", "translate"), help="a joint (multitask) checkpoint with --split: which task to score")
@@ -73,6 +74,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def check_paths(args: argparse.Namespace) -> None:
+    """Inputs that cannot be read and outputs that cannot be written: a clear error before any data is read
+    or the model is built (after the checks that say which options go with the checkpoint's task)."""
+    for option, path in (("--source", args.source), ("--reference", args.reference), ("--captions", args.captions)):
+        if path:
+            check_input_file(path, option)
+    if args.images and not Path(args.images).is_dir():
+        raise UserError(f"--images {args.images}: {'is a file, not a folder' if Path(args.images).exists() else 'folder not found'}")
+    if args.output:
+        check_output_file(args.output, "--output")
+        for option, path in (("--source", args.source), ("--reference", args.reference)):
+            if path and Path(path).exists() and Path(path).resolve() == Path(args.output).resolve():
+                raise UserError(f"--output {args.output} is the {option} file: the translations would replace it")
+    if args.cache:
+        check_output_folder(args.cache, "--cache", writable=False)  # a full cache may be read-only
+
+
 def evaluate_translation(args: argparse.Namespace, checkpoint) -> dict:
     if args.images or args.captions:
         raise UserError("--images/--captions are for captioning checkpoints; this one translates (use --source/--reference)")
@@ -80,13 +98,14 @@ def evaluate_translation(args: argparse.Namespace, checkpoint) -> dict:
         raise UserError("--source and --reference go together")
     if bool(args.split) == bool(args.source):
         raise UserError("give either --split NAME or --source FILE --reference FILE")
+    check_paths(args)
     config = checkpoint.config
     if args.split:
         data = args.data or config["data"].get("text_path") or config["data"]["path"]  # a joint model's text is in text_path
         pairs = read_parallel(data, args.split, config["data"]["source_lang"], config["data"]["target_lang"])
         what = {"data": data, "split": args.split}
     else:
-        sources, references = read_lines(args.source), read_lines(args.reference)
+        sources, references = list(input_lines(args.source, "--source")), list(input_lines(args.reference, "--reference"))
         if len(sources) != len(references):
             raise UserError(f"{args.source} has {len(sources)} lines but {args.reference} has {len(references)}")
         pairs = list(zip(sources, references))
@@ -104,14 +123,13 @@ def evaluate_captioning(args: argparse.Namespace, checkpoint) -> dict:
         raise UserError("--images and --captions go together")
     if bool(args.split) == bool(args.images):
         raise UserError("give either --split NAME or --images DIR --captions FILE")
+    check_paths(args)
     if args.split:
         data = args.data or checkpoint.config["data"]["path"]
         items, root = read_caption_split(data, args.split), image_root(data)
         what = {"data": data, "split": args.split}
     else:
-        root = Path(args.images)
-        if not root.is_dir():
-            raise UserError(f"image folder not found: {root}")
+        root = Path(args.images)  # a folder: checked by check_paths
         items = [CaptionedImage(image, tuple(texts)) for image, texts in read_flickr8k_captions(args.captions).items()]
         what = {"images": args.images, "captions": args.captions}
     if args.limit > 0:

@@ -80,7 +80,7 @@ def test_bad_input_is_one_clear_message_and_a_nonzero_exit(checkpoint, tmp_path,
     cases = [
         (translate.main, ["--checkpoint", str(tmp_path / "missing.pt"), "a"], "checkpoint not found"),
         (translate.main, ["--checkpoint", str(other_task), "a"], "'captioning' checkpoint"),
-        (evaluate.main, ["--checkpoint", str(unknown_task), "--split", "test"], "'mystery' checkpoint"),
+        (evaluate.main, ["--checkpoint", str(unknown_task), "--split", "test"], "unknown task mystery"),
         (evaluate.main, ["--checkpoint", str(checkpoint), "--images", str(tmp_path), "--captions", "x"], "are for captioning checkpoints"),
         (train.main, ["--config", str(tmp_path / "bad.yaml")], "unknown config key train.epochz; valid keys in train: batch_size"),
         (train.main, [*TINY, "--set", f"data.path={tmp_path / 'nowhere'}"], "data folder not found"),
@@ -106,6 +106,7 @@ def test_train_refuses_to_overwrite_and_resumes(checkpoint, capsys):
     assert torch.load(run_dir / "best.pt", weights_only=True)["task"] == "translation"
 
 
+@pytest.mark.slow
 def test_demo_runs_on_the_embedded_corpus_and_lists_its_outputs(tmp_path, capsys):
     run_dir = tmp_path / "demo"
     argv = ["--config", "tasks/configs/tiny.yaml", "--no-progress", "--set", "train.epochs=1", "--set", f"output_dir={run_dir}"]

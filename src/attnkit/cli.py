@@ -1,29 +1,238 @@
-"""Pieces shared by the scripts in tasks/ that decode: search options and numbered output paths."""
+"""Pieces shared by the scripts in tasks/: option types, search options, input files read lazily with
+clear errors, output paths checked before any work starts, numbered output paths."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from pathlib import Path
+from typing import TypeVar
 
 from attnkit.errors import UserError
 
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------- option types (argparse names the option in its message)
+
+
+def int_in_range(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type=``: an integer >= ``minimum`` (and <= ``maximum``)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            wanted = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {value}")
+        return value
+
+    parse.__name__ = "int"  # argparse's fallback message says "invalid int value"
+    return parse
+
+
+positive_int = int_in_range(1)
+non_negative_int = int_in_range(0)
+
+
+# ---------------------------------------------------------------- search options
+
 
 def add_search_arguments(parser: argparse.ArgumentParser, batch_size: int) -> None:
-    parser.add_argument("--beam", type=int, default=None, help="beam size (default: the checkpoint's search.beam_size; 1 = greedy)")
-    parser.add_argument("--n-best", type=int, default=1, help="print this many outputs per input")
-    parser.add_argument("--batch-size", type=int, default=batch_size, help="inputs decoded together in one batched search")
+    parser.add_argument("--beam", type=positive_int, default=None, help="beam size (default: the checkpoint's search.beam_size; 1 = greedy)")
+    parser.add_argument("--n-best", type=positive_int, default=1, help="print this many outputs per input")
+    parser.add_argument("--batch-size", type=positive_int, default=batch_size, help="inputs decoded together in one batched search")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
 
 
 def beam_for(args: argparse.Namespace, checkpoint_beam: int) -> int:
-    """The beam size to use; a clear error for impossible --beam / --n-best combinations."""
+    """The beam size to use; a clear error for impossible --beam / --n-best / --batch-size values."""
     if args.beam is not None and args.beam < 1:
-        raise UserError("--beam must be at least 1")
-    if args.n_best < 1 or (args.n_best > (args.beam or args.n_best)):
-        raise UserError("--n-best must be between 1 and the beam size")
+        raise UserError(f"--beam must be at least 1, got {args.beam}")
+    if args.n_best < 1:
+        raise UserError(f"--n-best must be at least 1, got {args.n_best}")
+    if args.beam is not None and args.n_best > args.beam:
+        raise UserError(f"--n-best {args.n_best} is more than --beam {args.beam}: a beam of K keeps at most K outputs")
     if args.batch_size < 1:
-        raise UserError("--batch-size must be at least 1")
-    return args.beam or max(checkpoint_beam, args.n_best)
+        raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
+    return args.beam if args.beam is not None else max(checkpoint_beam, args.n_best)
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def _open_failure(what: str, error: OSError) -> UserError:
+    if isinstance(error, FileNotFoundError):
+        return UserError(f"{what}: file not found")
+    if isinstance(error, IsADirectoryError):
+        return UserError(f"{what}: is a folder, not a file")
+    if isinstance(error, PermissionError):
+        return UserError(f"{what}: permission denied (cannot read it)")
+    return UserError(f"{what}: cannot read it ({error.strerror or error})")
+
+
+@contextlib.contextmanager
+def _searchable(what: str) -> Iterator[None]:
+    """``Path.exists()`` and friends raise PermissionError when a folder on the way cannot be searched."""
+    try:
+        yield
+    except PermissionError as error:
+        raise UserError(f"{what}: permission denied ({error.filename or 'a folder on the way'})") from None
+
+
+def check_input_file(path: str | Path, option: str) -> None:
+    """A clear error now when ``path`` cannot be opened for reading (missing, a folder, no permission)."""
+    with _searchable(f"{option} {path}"):
+        _check_input_file(Path(path), f"{option} {path}")
+
+
+def _check_input_file(path: Path, what: str) -> None:
+    if path.is_dir():
+        raise UserError(f"{what}: is a folder, not a file")
+    if path.exists() and not path.is_file():
+        return  # a fifo or a device (/dev/stdin): opening it to try would take what it holds
+    try:
+        open(path, "rb").close()
+    except OSError as error:
+        raise _open_failure(what, error) from None
+
+
+def input_lines(path: str | Path, option: str) -> Iterator[str]:
+    """The lines of a UTF-8 text file, without line ends, read lazily.
+
+    The file is opened now, so a missing, unreadable or folder path fails before any
+    work; a line that is not UTF-8 fails when it is reached, naming the line. Lines
+    end at "\\n" only (as :func:`attnkit.data.text.read_lines`): a stray \\r, \\x0b or
+    \\u2028 inside a sentence does not split it.
+    """
+    what = f"{option} {path}"
+    with _searchable(what):
+        if Path(path).is_dir():  # open() of a folder fails only on some systems
+            raise UserError(f"{what}: is a folder, not a file")
+    try:
+        handle = open(path, "rb")
+    except OSError as error:
+        raise _open_failure(what, error) from None
+    return _decoded_lines(handle, what)
+
+
+def _decoded_lines(handle, what: str) -> Iterator[str]:
+    with handle:
+        number = 0
+        while True:
+            try:
+                raw = handle.readline()
+            except OSError as error:
+                raise UserError(f"{what}: cannot read it ({error.strerror or error})") from None
+            if not raw:
+                return
+            number += 1
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise UserError(f"{what}, line {number}: not UTF-8 text ({error.reason} at byte {error.start + 1} of the line)") from None
+            if number == 1 and line.startswith("\ufeff"):  # a byte-order mark is no part of the first sentence
+                line = line[1:]
+            yield _strip_line_end(line)
+
+
+def stdin_lines() -> Iterator[str]:
+    """The lines of standard input, without line ends, read lazily (one clear error for undecodable bytes)."""
+    stream = sys.stdin
+    if stream is None:
+        raise UserError("no standard input to read sentences from; give them as arguments or with --input FILE")
+    lines = iter(stream)
+    number = 0
+    while True:
+        try:
+            line = next(lines)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as error:
+            encoding = getattr(stream, "encoding", None) or "UTF-8"
+            where = f" after line {number}" if number else ""
+            raise UserError(f"standard input is not {encoding} text{where} ({error.reason}); give UTF-8 text") from None
+        number += 1
+        yield _strip_line_end(line)
+
+
+def _strip_line_end(line: str) -> str:
+    if line.endswith("\n"):
+        line = line[:-1]
+    return line[:-1] if line.endswith("\r") else line
+
+
+def batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Consecutive lists of up to ``size`` items, reading ``items`` only as far as the list being built."""
+    iterator = iter(items)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
+# ---------------------------------------------------------------- outputs (checked before any work starts)
+
+
+def figure_suffixes() -> list[str]:
+    """Suffixes matplotlib can save a figure as (``.png``, ``.pdf``, ``.svg`` ...)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return sorted(f".{suffix}" for suffix in FigureCanvasAgg.get_supported_filetypes())
+
+
+def _check_folder_for(path: Path, what: str, writable: bool) -> None:
+    """``path`` is a folder, or can be created as one: its nearest existing ancestor is a (writable) folder."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"{what}: {existing} is a file, not a folder")
+    if writable and not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{what}: no permission to write in {existing}")
+
+
+def check_output_file(path: str | Path, option: str, figure: bool = False) -> None:
+    """A clear error now when ``path`` cannot be written as a file: a folder, a device or fifo, inside a file,
+    no permission, or (``figure``) a suffix matplotlib cannot save."""
+    with _searchable(f"{option} {path}"):
+        _check_output_file(Path(path), f"{option} {path}", figure)
+
+
+def _check_output_file(path: Path, what: str, figure: bool) -> None:
+    if path.is_dir():
+        example = path / ("attention.png" if figure else "output.txt")
+        raise UserError(f"{what}: is a folder; give a file name (e.g. {example})")
+    if path.exists() and not path.is_file():
+        raise UserError(f"{what}: exists and is not a regular file")
+    if figure:
+        suffixes = figure_suffixes()
+        if path.suffix.lower() not in suffixes:
+            raise UserError(f"{what}: unknown image format {path.suffix or '(no suffix)'}; end the name with one of {', '.join(suffixes)}")
+    _check_folder_for(path.parent, what, writable=True)  # written beside it, then renamed over it
+
+
+def check_output_folder(path: str | Path, option: str, files: Iterable[str] = (), folders: Iterable[str] = (), writable: bool = True) -> None:
+    """A clear error now when ``path`` cannot be (or become) a folder holding ``files`` and ``folders``
+    (names relative to it); ``writable=False`` for a folder that may only be read (a full feature cache)."""
+    with _searchable(f"{option} {path}"):
+        _check_output_folder(Path(path), f"{option} {path}", files, folders, writable)
+
+
+def _check_output_folder(path: Path, what: str, files: Iterable[str], folders: Iterable[str], writable: bool) -> None:
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{what}: is a file, not a folder; give a folder (it is created when missing)")
+    _check_folder_for(path, what, writable)
+    for name in files:
+        if (path / name).is_dir() or ((path / name).exists() and not (path / name).is_file()):
+            raise UserError(f"{what}: {path / name} must be a file, and it is not; move it away")
+    for name in folders:
+        if (path / name).exists() and not (path / name).is_dir():
+            raise UserError(f"{what}: {path / name} must be a folder, and it is a file; move it away")
 
 
 def numbered_path(path: str | Path, number: int, several: bool) -> Path:

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 
+from attnkit.errors import UserError
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path, durable: bool = True) -> Iterator[Path]:
@@ -57,3 +59,18 @@ def file_digest(path: str | Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def read_text_file(path: str | Path) -> str:
+    """A UTF-8 text file's contents; one clear UserError when it is missing, a folder, unreadable or not UTF-8."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise UserError(f"{path} is a folder, not a file") from None
+    except PermissionError:
+        raise UserError(f"{path}: permission denied") from None
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start})") from None

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from attnkit.data.folder import read_dataset_info, write_dataset_info
 from attnkit.errors import UserError
-from attnkit.files import write_text_atomic
+from attnkit.files import read_text_file, write_text_atomic
 
 TASK = "captioning"
 
@@ -96,7 +96,7 @@ def read_caption_split(folder: str | Path, split: str) -> list[CaptionedImage]:
     if not path.is_file():
         raise UserError(f"{folder} has no split '{split}' (missing {path.name})")
     captions: dict[str, list[str]] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
+    for number, line in enumerate(read_text_file(path).split("\n"), start=1):
         if not line.strip():
             continue
         image, separator, caption = line.rstrip("\r").partition("\t")

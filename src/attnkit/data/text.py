@@ -21,7 +21,7 @@ import torch
 from attnkit.data.batching import Batch, pad_sequences
 from attnkit.data.folder import read_dataset_info, write_dataset_info
 from attnkit.errors import UserError
-from attnkit.files import write_text_atomic
+from attnkit.files import read_text_file, write_text_atomic
 
 def write_parallel_dataset(
     folder: str | Path,
@@ -74,13 +74,7 @@ def read_parallel(folder: str | Path, split: str, source_lang: str, target_lang:
 
 def read_lines(path: str | Path) -> list[str]:
     """Lines of a UTF-8 text file, without newlines; a clear error when it is missing or not text."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"file not found: {path}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not UTF-8 text") from None
+    text = read_text_file(path)
     # Split on "\n" only: str.splitlines() also breaks on \x0b, \x85, \u2028 ..., which can occur
     # inside a sentence and would pull two line-aligned files out of step.
     lines = text.split("\n")
