@@ -41,12 +41,12 @@ from attnkit.run_folder import CHECKPOINTS, temporary_files
 from machine import busy_cores, print_result
 
 ROOT = Path(__file__).resolve().parents[1]
-# The embedded Tatoeba corpus with a model big enough that a checkpoint write (about 30 MB) takes a
-# moment, and epochs of a few seconds, so kills land in every phase of a run.
+# The embedded Tatoeba corpus with a model big enough that a checkpoint write (about 10 MB with Adam's
+# moments) takes a moment, and epochs short enough that kills land in every phase of a run.
 RECIPE = [
     "--config", "tasks/configs/tiny.yaml",
-    "--set", "text_encoder.embedding_size=128", "--set", "text_encoder.hidden_size=128",
-    "--set", "decoder.embedding_size=128", "--set", "decoder.hidden_size=256", "--set", "decoder.attention_size=128",
+    "--set", "text_encoder.embedding_size=64", "--set", "text_encoder.hidden_size=64",
+    "--set", "decoder.embedding_size=64", "--set", "decoder.hidden_size=128", "--set", "decoder.attention_size=64",
     "--set", "decoder.dropout=0.2", "--set", "train.batch_size=64", "--set", "train.valid_max_examples=32",
     "--set", "train.patience=0", "--set", "train.device=cpu",
 ]  # fmt: skip
@@ -82,7 +82,7 @@ def finish(process: subprocess.Popen) -> str:
 
 
 def kill_at_random(process: subprocess.Popen, rng: random.Random, longest: float) -> str:
-    """SIGKILL after a random delay (or let it end first); returns when the kill landed."""
+    """SIGKILL after a random delay of up to ``longest`` seconds (unless the run ends first); says when it landed."""
     delay = rng.uniform(0.5, longest)
     try:
         process.wait(delay)
@@ -93,16 +93,27 @@ def kill_at_random(process: subprocess.Popen, rng: random.Random, longest: float
         return f"random, {delay:.1f} s"
 
 
-def kill_during_write(process: subprocess.Popen, run: Path, rng: random.Random) -> str:
-    """SIGKILL a few milliseconds after a checkpoint's temporary file (of this process) appears."""
+def kill_during_write(process: subprocess.Popen, run: Path, rng: random.Random, writes_left: int) -> str:
+    """SIGKILL a few milliseconds into one of the next ``writes_left`` checkpoint writes of this process, chosen at random."""
+    target, seen, current = rng.randint(1, max(1, writes_left)), 0, None
     while process.poll() is None:
-        if writing(run, process.pid):
-            time.sleep(rng.uniform(0.0, 0.005))
-            process.send_signal(signal.SIGKILL)
-            process.wait()
-            return "during a checkpoint write"
+        names = writing(run, process.pid)
+        if names and names[0] != current:  # a new write began
+            seen, current = seen + 1, names[0]
+            if seen == target:
+                time.sleep(rng.uniform(0.0, 0.005))
+                process.send_signal(signal.SIGKILL)
+                process.wait()
+                return f"during the write of {names[0].split('.')[1]}.pt"
+        elif not names:
+            current = None
         time.sleep(0.0005)
     return "ended first"
+
+
+def epochs_saved(run: Path) -> int:
+    last = run / "last.pt"
+    return load_checkpoint(last).training["progress"]["epoch"] if last.exists() else 0
 
 
 def writing(run: Path, pid: int) -> list[str]:
@@ -138,15 +149,17 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     finish(start(train_command(reference, args.epochs, args.threads)))
     reference_seconds = time.perf_counter() - started
-    print(f"reference run: {args.epochs} epochs in {reference_seconds:.0f} s")
+    epoch_seconds = sum(json.loads(line)["epoch_seconds"] for line in (reference / "log.jsonl").read_text().splitlines()) / args.epochs
+    print(f"reference run: {args.epochs} epochs in {reference_seconds:.0f} s ({epoch_seconds:.1f} s an epoch)")
 
     kills = landed_in_writes = corrupt = checked = 0
     for number in range(args.kills):
+        epochs_left = args.epochs - epochs_saved(crashed)
         process = start(train_command(crashed, args.epochs, args.threads))
-        if number % 2 == 0:
-            how = kill_at_random(process, rng, longest=reference_seconds)
+        if number % 2 == 0:  # start-up takes about what the reference spent outside its epochs
+            how = kill_at_random(process, rng, longest=reference_seconds - epoch_seconds * (args.epochs - epochs_left))
         else:
-            how = kill_during_write(process, crashed, rng)
+            how = kill_during_write(process, crashed, rng, writes_left=2 * epochs_left)
         if how == "ended first":  # the run finished before this kill: start it over for the remaining kills
             print(f"kill {number + 1}: the run ended first; starting over")
             for path in crashed.iterdir():
@@ -157,7 +170,7 @@ def main(argv=None) -> int:
         landed_in_writes += bool(leftovers)
         found, bad = check_checkpoints(crashed)
         checked, corrupt = checked + found, corrupt + bad
-        epoch = load_checkpoint(crashed / "last.pt").training["progress"]["epoch"] if (crashed / "last.pt").exists() and not bad else None
+        epoch = epochs_saved(crashed) if not bad else "unreadable"
         print(f"kill {kills} ({how}): last.pt at epoch {epoch}; {found} checkpoint(s), {bad} corrupt; half-written: {leftovers or 'none'}")
 
     finish(start(train_command(crashed, args.epochs, args.threads)))

@@ -12,12 +12,10 @@ COLOURS = {"red": (220, 30, 30), "green": (30, 200, 40), "blue": (30, 40, 220), 
 SHAPES = {"square": lambda d, c: d.rectangle([8, 8, 24, 24], fill=c), "circle": lambda d, c: d.ellipse([8, 8, 24, 24], fill=c)}
 
 
-@pytest.fixture(scope="module")
-def scenes(tmp_path_factory):
-    """12 tiny images: a coloured square or circle on grey; caption 'a COLOUR SHAPE'."""
+def write_shape_images(folder):
+    """12 tiny images: a coloured square or circle on grey; caption 'a COLOUR SHAPE'; the dataset folder."""
     from PIL import ImageDraw
 
-    folder = tmp_path_factory.mktemp("scenes")
     (folder / "images").mkdir()
     items = []
     for colour, rgb in COLOURS.items():
@@ -28,6 +26,11 @@ def scenes(tmp_path_factory):
             image.save(folder / "images" / name)
             items.append(CaptionedImage(name, (f"a {colour} {shape} .", f"A {colour} {shape}")))
     return write_caption_dataset(folder / "data", {"train": items, "valid": items, "test": items}, folder / "images")
+
+
+@pytest.fixture(scope="module")
+def scenes(tmp_path_factory):
+    return write_shape_images(tmp_path_factory.mktemp("scenes"))
 
 
 TINY = [

@@ -25,7 +25,7 @@ from attnkit.data.text import write_parallel_dataset
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import reverse_pair  # noqa: E402
-from test_captioning import TINY as TINY_CAPTIONING  # noqa: E402
+from test_captioning import TINY as TINY_CAPTIONING, write_shape_images  # noqa: E402
 from test_train import LEARNS  # noqa: E402
 
 JOINT = [
@@ -128,21 +128,7 @@ def test_translation_on_two_ranks_resumes_exactly_with_dropout(small_toy, tmp_pa
 
 @pytest.fixture(scope="module")
 def caption_images(tmp_path_factory) -> Path:
-    from test_captioning import COLOURS, SHAPES
-
-    from attnkit.data.captions import CaptionedImage, write_caption_dataset
-    from PIL import Image, ImageDraw
-
-    folder = tmp_path_factory.mktemp("caption-images")
-    (folder / "images").mkdir()
-    items = []
-    for colour, rgb in COLOURS.items():
-        for shape, draw in SHAPES.items():
-            image = Image.new("RGB", (32, 32), (128, 128, 128))
-            draw(ImageDraw.Draw(image), rgb)
-            image.save(folder / "images" / f"{colour}-{shape}.png")
-            items.append(CaptionedImage(f"{colour}-{shape}.png", (f"a {colour} {shape} .",)))
-    return write_caption_dataset(folder / "data", {"train": items, "valid": items[:4], "test": items[:4]}, folder / "images")
+    return write_shape_images(tmp_path_factory.mktemp("caption-images"))
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +145,7 @@ def backbone_weights(tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_captioning_on_two_ranks_computes_the_feature_cache_once(caption_images, backbone_weights, tmp_path):
     overrides = [
-        f"data.path={caption_images}", f"output_dir={tmp_path / 'run'}", *TINY_CAPTIONING, "train.epochs=1", "train.device=cpu",
+        f"data.path={caption_images}", f"output_dir={tmp_path / 'run'}", *TINY_CAPTIONING, "train.epochs=1", "train.device=cpu", "train.valid_max_examples=4",
         f"image_encoder.weights={backbone_weights}", f"data.feature_cache={tmp_path / 'cache'}",
     ]  # fmt: skip
     reports = train_on_two_ranks("captioning", overrides, tmp_path / "report")
