@@ -152,16 +152,17 @@ def main(argv=None) -> int:
     epoch_seconds = sum(json.loads(line)["epoch_seconds"] for line in (reference / "log.jsonl").read_text().splitlines()) / args.epochs
     print(f"reference run: {args.epochs} epochs in {reference_seconds:.0f} s ({epoch_seconds:.1f} s an epoch)")
 
-    kills = landed_in_writes = corrupt = checked = 0
-    for number in range(args.kills):
+    kills = landed_in_writes = corrupt = checked = attempts = 0
+    while kills < args.kills and attempts < 3 * args.kills:
+        number, attempts = attempts, attempts + 1
         epochs_left = args.epochs - epochs_saved(crashed)
         process = start(train_command(crashed, args.epochs, args.threads))
         if number % 2 == 0:  # start-up takes about what the reference spent outside its epochs
-            how = kill_at_random(process, rng, longest=reference_seconds - epoch_seconds * (args.epochs - epochs_left))
+            how = kill_at_random(process, rng, longest=0.9 * (reference_seconds - epoch_seconds * (args.epochs - epochs_left)))
         else:
             how = kill_during_write(process, crashed, rng, writes_left=2 * epochs_left)
         if how == "ended first":  # the run finished before this kill: start it over for the remaining kills
-            print(f"kill {number + 1}: the run ended first; starting over")
+            print(f"attempt {number + 1}: the run ended before its kill; starting over")
             for path in crashed.iterdir():
                 path.unlink()
             continue

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from attnkit.distributed import usable_cores
+
 
 def processor_name() -> str:
     name = platform.processor()
@@ -21,13 +23,6 @@ def processor_name() -> str:
     except OSError:
         pass
     return name or platform.machine()
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def busy_cores(seconds: float = 1.0) -> float | None:

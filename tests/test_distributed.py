@@ -108,6 +108,9 @@ def test_two_ranks_of_batch_b_train_exactly_as_one_process_of_batch_2b(small_toy
     for name in one:
         torch.testing.assert_close(two[name], one[name], rtol=1e-4, atol=1e-5, msg=name)
     assert reports[1]["printed"] == [] and any("rank 0 of 2" in line for line in reports[0]["printed"])  # only rank 0 speaks
+    logs = [[json.loads(line) for line in (tmp_path / run / "log.jsonl").read_text().splitlines()] for run in ("one", "two")]
+    for key in ("train_loss", "train_ppl"):  # the logged figures are the global batch's too
+        assert [r[key] for r in logs[1]] == pytest.approx([r[key] for r in logs[0]], rel=1e-3), key
 
 
 @pytest.mark.slow

@@ -227,16 +227,15 @@ class Trainer:
             self.scaler.update()
             self.progress.step += 1
             batches += 1
-            loss_sum = loss_sum + loss.detach() / world
+            loss_sum = loss_sum + loss.detach() / world  # this rank's share of the global batch's mean loss
             nll_sum = nll_sum + out.nll_sum
             tokens = tokens + out.tokens
             if batches % self.config.log_every == 0 and not bar.disable:
-                bar.set_postfix(loss=f"{loss_sum.item() / batches:.3f}")
+                bar.set_postfix(loss=f"{loss_sum.item() * world / batches:.3f}")  # about the global mean (ranks' shares are alike)
         seconds = time.perf_counter() - started
         if batches == 0:
             raise UserError("the training set yields no batches (is it empty, or are all pairs longer than the length limits?)")
-        totals = self.distributed.sum(torch.stack([loss_sum / batches, nll_sum, tokens])).tolist()  # over the ranks
-        mean_loss, nll_sum, tokens = totals[0] / world, totals[1], totals[2]
+        mean_loss, nll_sum, tokens = self.distributed.sum(torch.stack([loss_sum / batches, nll_sum, tokens])).tolist()  # over the ranks
         return {
             "train_loss": round(mean_loss, 4),
             "train_ppl": round(math.exp(min(nll_sum / max(tokens, 1), 50.0)), 3),
