@@ -14,6 +14,7 @@ processes (GPUs or CPU ranks): ``torchrun --nproc_per_node N tasks/train.py ...`
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,8 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         resume = load_checkpoint(args.resume)
         # A resumed run writes beside the checkpoint it continues (a copied run folder goes on in the copy),
         # unless --set output_dir says otherwise.
-        here = f"output_dir={Path(args.resume).parent}"
-        config = from_dict(ExperimentConfig, apply_overrides(resume.config, [here, *args.overrides]))
+        values = {**copy.deepcopy(resume.config), "output_dir": str(Path(args.resume).parent)}
+        config = from_dict(ExperimentConfig, apply_overrides(values, args.overrides))
     elif args.config:
         config = load_config(args.config, args.overrides)
     else:
@@ -59,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError(f"unknown task '{config.task}'; available: {', '.join(trainers)}")
     progress = trainers[config.task](config, resume=resume, overwrite=args.overwrite, progress_bar=not args.no_progress)
     if Distributed.from_environment().is_main:
-            print(f"done after {progress.epoch} epochs; best validation score {progress.best_score:.2f}; checkpoints in {config.run_dir}")
+        print(f"done after {progress.epoch} epochs; best validation score {progress.best_score:.2f}; checkpoints in {config.run_dir}")
     return 0
 
 

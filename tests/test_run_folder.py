@@ -43,12 +43,34 @@ def test_overwrite_removes_the_runs_files_and_keeps_the_users(toy_data, tmp_path
     assert not list(tmp_path.glob(".last.*.tmp.pt"))
 
 
-def test_a_bad_config_with_overwrite_removes_nothing(toy_data, tmp_path):
-    train_translation(quick(toy_data, tmp_path), **QUIET)
-    before = {path.name: path.read_bytes() for path in tmp_path.iterdir() if path.is_file()}
+@pytest.mark.parametrize("mistake", ["data.path=MISSING", "data.max_source_length=1", "train.valid_max_examples=0 data.path=NO_VALID"])
+def test_a_bad_config_with_overwrite_removes_nothing(toy_data, tmp_path, mistake):
+    """A missing data folder, a training set the length limits empty, an empty validation split."""
+    import shutil
+
+    no_valid = tmp_path / "no-valid"
+    shutil.copytree(toy_data, no_valid)
+    (no_valid / "valid.src").write_text("")
+    (no_valid / "valid.tgt").write_text("")
+    overrides = mistake.replace("MISSING", str(tmp_path / "nope")).replace("NO_VALID", str(no_valid)).split()
+    run = tmp_path / "run"
+    train_translation(quick(toy_data, run), **QUIET)
+    before = {path.name: path.read_bytes() for path in run.iterdir() if path.is_file()}
     with pytest.raises(UserError):
-        train_translation(quick(toy_data, tmp_path, f"data.path={tmp_path / 'nope'}"), overwrite=True, **QUIET)
-    assert {path.name: path.read_bytes() for path in tmp_path.iterdir() if path.is_file()} == before
+        train_translation(quick(toy_data, run, *overrides), overwrite=True, **QUIET)
+    assert {path.name: path.read_bytes() for path in run.iterdir() if path.is_file()} == before
+
+
+def test_resume_over_another_run_with_overwrite_replaces_all_of_its_files(toy_data, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    train_translation(quick(toy_data, a), **QUIET)
+    train_translation(toy_config(toy_data, b, "train.epochs=2", "train.valid_max_examples=8"), **QUIET)
+    last_a = load_checkpoint(a / "last.pt")
+    train_translation(resumed_config(last_a, f"output_dir={b}", "train.epochs=2"), resume=last_a, overwrite=True, **QUIET)
+    run_a = last_a.training["progress"]["run_id"]
+    assert load_checkpoint(b / "last.pt").training["progress"]["run_id"] == run_a
+    assert load_checkpoint(b / "best.pt").training["progress"]["run_id"] == run_a  # b's own best.pt is gone
+    assert logged_epochs(b) == [1, 2]
 
 
 def _hold_lock(folder, ready, release):
@@ -112,7 +134,7 @@ def test_tasks_train_resumes_into_the_checkpoints_folder(toy_data, tmp_path):
 
     from tasks import train
 
-    original, copy = tmp_path / "original", tmp_path / "copy"
+    original, copy = tmp_path / "original", tmp_path / "copy #2: a"  # characters YAML would read as a comment and a mapping
     train_translation(quick(toy_data, original), **QUIET)
     shutil.copytree(original, copy)
     os.remove(copy / LOCK)

@@ -24,7 +24,7 @@ from PIL import Image
 from torch import Tensor, nn
 
 from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights
-from attnkit.config import ExperimentConfig, SearchConfig, from_dict, to_dict
+from attnkit.config import ExperimentConfig, SearchConfig, from_dict
 from attnkit.data.batching import Batch, pad_sequences
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
 from attnkit.data.features import FeatureCache, encoder_identity
@@ -292,7 +292,10 @@ def prepare_captioning(config: ExperimentConfig, resume: Checkpoint | None, cont
         describe_parameters(model),
     ]
     objective = Seq2SeqObjective.from_config(config.train, pipeline.vocab.pad_index)
-    return TaskSetup(config, model, objective, dataset, collate, validate, pipeline.vocabularies, parameter_groups(model, encoder, config), notes=notes)
+    return TaskSetup(
+        config, model, objective, dataset, collate, validate, pipeline.vocabularies, parameter_groups(model, encoder, config),
+        validation_examples=len(valid_items), notes=notes,
+    )  # fmt: skip
 
 
 def train_captioning(

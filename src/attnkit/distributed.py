@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -35,15 +36,16 @@ COLLECTIVE_TIMEOUT = datetime.timedelta(hours=2)
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` -> CUDA when present, else CPU; a clear error for devices that are not there."""
+    """``auto`` -> CUDA when present, else CPU; a clear error for devices that are not there (or not supported)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"unknown device '{name}'; use auto, cpu, cuda or cuda:N") from None
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", name):
+        raise UserError(f"unknown device '{name}'; use auto, cpu, cuda or cuda:N")
+    device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"device '{name}' asked for, but CUDA is not available here; use device auto or cpu")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise UserError(f"device '{name}' asked for, but this machine has {torch.cuda.device_count()} CUDA device(s)")
     return device
 
 
@@ -136,22 +138,27 @@ class Distributed:
         """Rank 0 runs the block first; the others wait, then run it (reading what rank 0 wrote)."""
         if not self.is_main:
             self.barrier()
-        yield
-        if self.is_main:
-            self.barrier()
+        try:
+            yield
+        finally:  # even when rank 0 fails: the others then run the block and meet the same error themselves
+            if self.is_main:
+                self.barrier()
 
     def on_main(self, work: Callable[[], T]) -> T:
-        """Run ``work`` on rank 0 only and give every rank its result; a UserError there is raised on every rank
-        (otherwise the other ranks would wait for rank 0 forever)."""
+        """Run ``work`` on rank 0 only and give every rank its result. When it fails, rank 0 raises its error and
+        the other ranks a UserError that says so, rather than waiting for rank 0 forever."""
         if not self.enabled:
             return work()
         outcome: list[Any] = [None, None]
+        failure: BaseException | None = None
         if self.is_main:
             try:
                 outcome = [work(), None]
-            except UserError as error:
-                outcome = [None, str(error)]
+            except Exception as error:
+                failure, outcome = error, [None, str(error) if isinstance(error, UserError) else f"rank 0 failed ({type(error).__name__}: {error})"]
         dist.broadcast_object_list(outcome, src=0)
+        if failure is not None:
+            raise failure
         if outcome[1] is not None:
             raise UserError(outcome[1])
         return outcome[0]
@@ -194,5 +201,5 @@ class ShardedBatchSampler(torch.utils.data.Sampler[list[int]]):
             if len(batch) >= self.world_size:
                 yield batch[self.rank :: self.world_size]
 
-    def __len__(self) -> int:  # at most one short global batch an epoch is skipped; this counts it
+    def __len__(self) -> int:  # an upper bound: it counts the (rare) global batches too short to share
         return len(self.batches)

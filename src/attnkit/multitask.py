@@ -26,7 +26,7 @@ from torch import nn
 
 from attnkit.captioning import CaptionPipeline, caption_training_set, caption_validation, parameter_groups, record_weights
 from attnkit.checkpoint import Checkpoint
-from attnkit.config import ExperimentConfig, to_dict
+from attnkit.config import ExperimentConfig
 from attnkit.data.batching import BucketBatchSampler, TaskMixSampler
 from attnkit.data.captions import image_root, read_caption_split
 from attnkit.data.text import collate_pairs, read_parallel, resolve_languages
@@ -127,6 +127,7 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
         parameter_groups(model, image_encoder, config),
         batches,
         idle_parameters=True,  # a captioning batch leaves the text encoder without gradients, and the other way round
+        validation_examples=min(len(valid_items) if share > 0 else 1, len(valid_pairs) if share < 1 else 1),
         notes=notes,
     )
 

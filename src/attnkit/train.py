@@ -126,15 +126,19 @@ class Trainer:
         self.batches = ShardedBatchSampler(epoch_batches, self.distributed.rank, self.distributed.world_size)
         on_cuda = self.device.type == "cuda"
         workers = config.num_workers or (2 if on_cuda else 0)
+        # The loader draws its workers' base seed from this generator, not from the global one, so a resumed
+        # run's dropout stream does not shift by the draw a fresh (persistent) loader makes.
+        loader_seed = torch.Generator().manual_seed(config.seed + self.distributed.rank)
         self.loader = torch.utils.data.DataLoader(
-            dataset, batch_sampler=self.batches, collate_fn=collate, num_workers=workers, pin_memory=on_cuda, persistent_workers=workers > 0
-        )
+            dataset, batch_sampler=self.batches, collate_fn=collate, num_workers=workers, pin_memory=on_cuda,
+            persistent_workers=workers > 0, generator=loader_seed,
+        )  # fmt: skip
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def _random_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"cpu": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            state["cuda"] = torch.cuda.get_rng_state_all()
+        if self.device.type == "cuda":  # this rank's device only: a resume on a machine with fewer GPUs still works
+            state["cuda"] = [torch.cuda.get_rng_state(self.device)]
         return state
 
     def checkpoint(self, random_states: list[dict[str, Any]]) -> Checkpoint:
@@ -164,11 +168,11 @@ class Trainer:
             self.scheduler.load_state_dict(training["scheduler"])
             if training.get("scaler"):
                 self.scaler.load_state_dict(training["scaler"])
-            self._restore_random_state(training)
             # Resuming is a request to go on: a saved stop is decided afresh after the next epoch
             # (with the possibly raised epochs, patience or max_minutes of the resumed config).
             self.progress = replace(TrainingProgress(**training["progress"]), stopped=False, stop_reason="")
             self.history = [record for record in training.get("history", []) if record["epoch"] <= self.progress.epoch]
+            self._restore_random_state(training)
         except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as error:  # the weights fit, the rest does not
             raise UserError(f"the checkpoint's training state does not fit this run ({type(error).__name__}): it is damaged or from an incompatible version") from None
 
@@ -183,8 +187,8 @@ class Trainer:
             return
         state = states[self.distributed.rank]
         torch.set_rng_state(state["cpu"])
-        if self.device.type == "cuda" and "cuda" in state:
-            torch.cuda.set_rng_state_all(state["cuda"])
+        if self.device.type == "cuda" and state.get("cuda"):
+            torch.cuda.set_rng_state(state["cuda"][0], self.device)
 
     # -- the loop --------------------------------------------------------------------------------------
     def fit(self) -> TrainingProgress:
@@ -245,13 +249,14 @@ class Trainer:
     def end_of_epoch(self, record: dict[str, Any], started: float) -> None:
         """Validate, step the LR schedule, decide whether to stop, save checkpoints (rank 0; the others follow)."""
         random_states = self.distributed.gather(self._random_state())  # every rank's, for an exact --resume
-        if self.distributed.is_main:
+
+        def validate_and_save() -> tuple[TrainingProgress, list[float]]:
             self._validate_and_save(record, started, random_states)
-        if self.distributed.enabled:
-            shared = self.distributed.on_main(lambda: (self.progress, [group["lr"] for group in self.optimizer.param_groups]))
-            self.progress, rates = shared
-            for group, lr in zip(self.optimizer.param_groups, rates):
-                group["lr"] = lr
+            return self.progress, [group["lr"] for group in self.optimizer.param_groups]
+
+        self.progress, rates = self.distributed.on_main(validate_and_save)  # the others follow rank 0's decisions
+        for group, lr in zip(self.optimizer.param_groups, rates):
+            group["lr"] = lr
 
     def _validate_and_save(self, record: dict[str, Any], started: float, random_states: list[dict[str, Any]]) -> None:
         self.model.eval()
@@ -336,6 +341,7 @@ class TaskSetup:
     parameter_groups: list[dict[str, Any]] | None = None
     batches: BatchesFor | None = None
     idle_parameters: bool = False  # see Trainer
+    validation_examples: int = 1  # examples validate() decodes (training refuses to start with none)
     notes: list[str] = field(default_factory=list)  # lines for the log: data and model sizes
 
 
@@ -371,31 +377,33 @@ def train_recipe(
         setup = prepare(config, resume, RunContext(distributed, device, log))
         for note in setup.notes:
             log(note)
+        if len(setup.dataset) < distributed.world_size:
+            raise UserError("no usable training examples (is the training split empty, or is every example over the length limits?)")
+        if setup.validation_examples < 1:
+            raise UserError("the validation split is empty: training validates every epoch")
+        torch.manual_seed(setup.config.train.seed + distributed.rank)  # dropout and scheduled sampling differ per rank
+        trainer = Trainer(
+            setup.model,
+            setup.objective,
+            setup.dataset,
+            setup.collate,
+            setup.validate,
+            setup.config.train,
+            folder.path,
+            CheckpointContents(task, to_dict(setup.config), setup.vocabularies),
+            progress_bar=progress_bar,
+            log=log,
+            parameter_groups=setup.parameter_groups,
+            batches=setup.batches,
+            idle_parameters=setup.idle_parameters,
+            distributed=distributed,
+            device=device,
+        )
+        if resume is not None:  # a checkpoint that does not fit fails here, before the folder is touched
+            trainer.restore(resume)
+            log(f"resuming after epoch {trainer.progress.epoch} (best score {trainer.progress.best_score})")
         with contextlib.ExitStack() as held:
-            distributed.on_main(lambda: _claim(held, folder, resume, overwrite, setup.config, log))
-            torch.manual_seed(setup.config.train.seed + distributed.rank)  # dropout and scheduled sampling differ per rank
-            trainer = Trainer(
-                setup.model,
-                setup.objective,
-                setup.dataset,
-                setup.collate,
-                setup.validate,
-                setup.config.train,
-                folder.path,
-                CheckpointContents(task, to_dict(setup.config), setup.vocabularies),
-                progress_bar=progress_bar,
-                log=log,
-                parameter_groups=setup.parameter_groups,
-                batches=setup.batches,
-                idle_parameters=setup.idle_parameters,
-                distributed=distributed,
-                device=device,
-            )
-            if resume is not None:
-                trainer.restore(resume)
-                log(f"resuming after epoch {trainer.progress.epoch} (best score {trainer.progress.best_score})")
-                if distributed.is_main:
-                    folder.write_log(trainer.history)  # repairs a log a kill left a line short or long
+            distributed.on_main(lambda: _claim(held, folder, trainer, resume, overwrite, setup.config, log))
             return trainer.fit()
     finally:
         distributed.stop()
@@ -424,13 +432,31 @@ def check_run_folder(folder: RunFolder, resume: Checkpoint | None, overwrite: bo
         )
 
 
-def _claim(held: contextlib.ExitStack, folder: RunFolder, resume: Checkpoint | None, overwrite: bool, config: ExperimentConfig, log) -> None:
-    """Rank 0: lock the folder for the run, clear a replaced run's files, store the resolved config."""
+def _claim(held: contextlib.ExitStack, folder: RunFolder, trainer: Trainer, resume: Checkpoint | None, overwrite: bool, config: ExperimentConfig, log) -> None:
+    """Rank 0, once everything has been read and built without error: lock the folder for the run, clear a
+    replaced run's files, store the resolved config; a resumed run's state is on disk before training goes on."""
     held.enter_context(folder.claim())
     check_run_folder(folder, resume, overwrite)  # again under the lock: another process may have started a run meanwhile
-    if overwrite and resume is None:
+    if overwrite and folder.holds_run() and not _continues(folder, resume):
         removed = folder.remove_run_files()
-        if removed:
-            log(f"--overwrite: removed {', '.join(path.name for path in removed)} of the previous run in {folder.path}")
+        log(f"--overwrite: removed {', '.join(path.name for path in removed)} of the previous run in {folder.path}")
     save_config(config, folder.path / "config.yaml")
+    if resume is not None:
+        if not folder.holds_run():  # a new or cleared folder: a kill before the next epoch ends must not lose the run
+            save_checkpoint(folder.path / "last.pt", resume)
+            progress = resume.training["progress"]
+            if progress.get("best_epoch") == progress.get("epoch"):
+                save_checkpoint(folder.path / "best.pt", resume)
+        folder.write_log(trainer.history)  # repairs a log a kill left a line short or long
 
+
+def _continues(folder: RunFolder, resume: Checkpoint | None) -> bool:
+    """Does ``resume`` go on from where the folder's run stands (same run, same epoch)?"""
+    if resume is None:
+        return False
+    try:
+        standing = folder.standing_progress()
+    except UserError:  # a damaged last.pt: nothing to continue
+        return False
+    resumed = resume.training.get("progress", {})
+    return (standing.get("run_id"), standing.get("epoch")) == (resumed.get("run_id"), resumed.get("epoch"))

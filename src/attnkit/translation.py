@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights
-from attnkit.config import ExperimentConfig, SearchConfig, from_dict, to_dict
+from attnkit.config import ExperimentConfig, SearchConfig, from_dict
 from attnkit.data.batching import pad_sequences
 from attnkit.data.text import ParallelTextDataset, collate_pairs, read_parallel, resolve_languages
 from attnkit.errors import UserError
@@ -233,7 +233,7 @@ def prepare_translation(config: ExperimentConfig, resume: Checkpoint | None, con
         describe_parameters(model),
     ]
     objective = Seq2SeqObjective.from_config(config.train, pipeline.target_vocab.pad_index)
-    return TaskSetup(config, model, objective, dataset, collate_pairs, validate, pipeline.vocabularies, notes=notes)
+    return TaskSetup(config, model, objective, dataset, collate_pairs, validate, pipeline.vocabularies, validation_examples=len(valid_pairs), notes=notes)
 
 
 def train_translation(
