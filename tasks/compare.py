@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from attnkit.cli import check_output_folder, int_in_range, non_negative_int, positive_int
-from attnkit.comparison import AttentionComparer
+from attnkit.analysis import EXTRACTIONS
+from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer
 from attnkit.data.images import open_rgb
 from attnkit.errors import UserError, run_cli
 from attnkit.report import compare_scenes, write_comparison
@@ -51,6 +52,11 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated scenes")
     parser.add_argument("--scene-size", type=int_in_range(*SCENE_SIZES), default=128, help="side of the generated scene images in pixels")
     parser.add_argument("--beam", type=positive_int, default=None, help="beam size for decoding (default: the checkpoint's)")
+    parser.add_argument(
+        "--extraction", choices=EXTRACTIONS, default=DEFAULT_EXTRACTION,
+        help=f"--scenes: a word's attention is that of the step that emits it, or of the step whose query has read it "
+        f"(default {DEFAULT_EXTRACTION}, chosen on validation scenes); metrics.json holds both",
+    )  # fmt: skip
     parser.add_argument("--out", required=True, help="output folder (created; files in it are replaced)")
     parser.add_argument("--device", default="auto")
     return parser
@@ -76,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         image = open_rgb(args.image)
     comparer = AttentionComparer.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device)
     if args.scenes:
-        outputs = compare_scenes(comparer, out, args.scenes, args.seed, args.scene_size, args.beam)
+        outputs = compare_scenes(comparer, out, args.scenes, args.seed, args.scene_size, args.beam, extraction=args.extraction)
     else:
         outputs = write_comparison(comparer, image, args.source, args.target, out)
     for path, what in outputs:

@@ -1,5 +1,7 @@
+import dataclasses
 import math
 
+import pytest
 import torch
 from nltk.translate.metrics import alignment_error_rate
 
@@ -9,13 +11,20 @@ from attnkit.analysis import (
     coverage,
     effective_positions,
     entropy,
+    erasure,
+    EMITTING,
+    READING,
     forced_attention,
+    reading_offset,
+    word_attention,
     image_grounding,
     peak_weight,
     summarise,
     text_grounding,
 )
 from attnkit.data.batching import pad_sequences
+from attnkit.decoder import DecoderState, StepOutput
+from attnkit.interfaces import EncoderOutput, Tokens
 from conftest import tiny_model
 
 
@@ -89,3 +98,66 @@ def test_forced_attention_returns_one_row_per_target_token_over_real_positions(v
     assert [r.shape for r in rows] == [(3, 3), (2, 2)]
     for r in rows:
         torch.testing.assert_close(r.sum(-1), torch.ones(r.shape[0]))
+
+
+@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+def test_the_reading_step_is_the_first_whose_attention_depends_on_the_word(vocab, style):
+    """Change word w_1 of a forced target: the attention of the steps before reading_offset(style) + 1 stays the
+    same, the step there changes; so 'reading' picks the first step whose query has read the word."""
+    extra = {"score": "additive"} if style == "bahdanau" else {}
+    model = tiny_model(vocab, style=style, **extra)
+    encoded = model.encode(pad_sequences([[4, 5, 6, 7]]))
+    one, other = (forced_attention(model.decoder, encoded, torch.tensor([[2, 4, word, 6, 3]]), read_eos=True)[0] for word in (5, 9))
+    assert one.shape == (5, 4)  # <bos> w0 w1 w2 <eos> read: 3 words + <eos> + the step that reads <eos>
+    offset = reading_offset(style)
+    torch.testing.assert_close(one[: 1 + offset], other[: 1 + offset])  # steps 0 .. offset have not read w1
+    assert not torch.allclose(one[1 + offset], other[1 + offset])
+    words = 3
+    torch.testing.assert_close(word_attention(one, words, style, READING), one[offset : offset + words])
+    torch.testing.assert_close(word_attention(one, words, style, EMITTING), one[:words])
+    with pytest.raises(ValueError):
+        word_attention(one[:-1], words, style, READING) if style == "bahdanau" else word_attention(one[:3], words, style, READING)
+
+
+class _ReadsOnePosition:
+    """A stub decoder whose next word depends only on whether memory position 2 is visible: word 4 when it is
+    (by 10 nats), else word 5; the attention is uniform over the visible positions."""
+
+    def init_state(self, encoded):
+        rows = encoded.batch_size
+        return DecoderState(torch.zeros(1, rows, 1), None, None, encoded.memory, encoded.memory, encoded.mask)
+
+    def step(self, previous, state):
+        sees = state.mask[:, 2].float()  # (B,)
+        logits = torch.zeros(previous.shape[0], 8)
+        logits[:, 4], logits[:, 5] = 10 * sees, 10 * (1 - sees)
+        attention = state.mask.float() / state.mask.sum(1, keepdim=True)  # (B, L)
+        return StepOutput(logits, attention, state)
+
+
+def test_erasure_finds_the_one_position_a_stub_decoder_reads():
+    encoded = EncoderOutput(torch.zeros(1, 5, 3), torch.tensor([[True, True, True, True, False]]), torch.zeros(1, 3), Tokens(torch.tensor([4])))
+    found = erasure(_ReadsOnePosition(), encoded, torch.tensor([2, 4, 4, 3]), draws=40, generator=torch.Generator().manual_seed(0))
+    # Uniform attention: the "peak" is position 0 (first of equals), the lowest the last real one (3): neither is 2.
+    torch.testing.assert_close(found.peak_drop, torch.zeros(3), atol=1e-4, rtol=0)
+    assert found.random_drop[:2].min() > 1.0 and 0.1 < float(found.random_flip[0]) < 0.5  # a quarter of the draws hit position 2
+    # The top-weighted positions are removed in order 0, 1, 2: the third removal changes the word, 3 of 4 real positions.
+    torch.testing.assert_close(found.flip_share[:2], torch.full((2,), 0.75))
+
+
+@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+def test_erasure_of_all_steps_at_once_equals_one_step_at_a_time(vocab, style):
+    extra = {"score": "additive", "rnn": "lstm"} if style == "bahdanau" else {"input_feeding": True}
+    model = tiny_model(vocab, style=style, **extra)
+    encoded = model.encode(pad_sequences([[4, 5, 6, 7, 8]]))
+    target = torch.tensor([2, 5, 9, 6, 3])
+    found = erasure(model.decoder, encoded, target, draws=2, generator=torch.Generator().manual_seed(1))
+    decoder, state = model.decoder, model.decoder.init_state(encoded)
+    for t in range(4):  # step t again from the same state, without its peak position
+        out = decoder.step(target[t : t + 1], state)
+        without_peak = encoded.mask.clone()
+        without_peak[0, int(out.attention[0].argmax())] = False
+        erased = decoder.step(target[t : t + 1], dataclasses.replace(state, mask=without_peak))
+        expected = out.logits.log_softmax(-1)[0, target[t + 1]] - erased.logits.log_softmax(-1)[0, target[t + 1]]
+        torch.testing.assert_close(found.peak_drop[t], expected, atol=1e-5, rtol=1e-4)
+        state = out.state

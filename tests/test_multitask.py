@@ -75,10 +75,11 @@ def test_the_decoder_is_shared_and_sizes_must_agree(scenes, tmp_path):
         build_multitask_model(tiny_joint_config(scenes, tmp_path, "image_encoder.memory_size=10"), vocab, vocab, load_weights=False)
 
 
-def grounding_by_hand(checkpoint: str, split: str, scenes: int, seed: int = 0, size: int = 128) -> tuple[float, float]:
+def grounding_by_hand(checkpoint: str, split: str, scenes: int, reading: bool, seed: int = 0, size: int = 128) -> tuple[float, float]:
     """The pointing-game hit rate and the AER of ``compare --scenes``, recomputed from the forced attention
     with plain arithmetic (not attnkit.analysis): a referring word hits when its peak grid cell overlaps
-    its object's box; AER = 1 - (|A & S| + |A & P|) / (|A| + |S|) over every scene's links."""
+    its object's box; AER = 1 - (|A & S| + |A & P|) / (|A| + |S|) over every scene's links. ``reading``:
+    each word's attention at the step whose query has read it, else at the step that emits it."""
     from attnkit.comparison import AttentionComparer
     from attnkit.data.scenes import generate_scenes
 
@@ -90,16 +91,17 @@ def grounding_by_hand(checkpoint: str, split: str, scenes: int, seed: int = 0, s
     hypothesis, sure, possible = set(), set(), set()
     for number, (scene, sentence, comparison) in enumerate(zip(generated, sentences, compared)):
         rows, columns = comparison.grid
+        image_rows, text_rows = (comparison.image_reading, comparison.text_reading) if reading else (comparison.image_attention, comparison.text_attention)
         cell_width, cell_height = scene.size / columns, scene.size / rows
         for step, referent in enumerate(sentence.referents):
             if referent is None:
                 continue
-            row, column = divmod(int(comparison.image_attention[step].argmax()), columns)
+            row, column = divmod(int(image_rows[step].argmax()), columns)
             x0, y0, x1, y1 = scene.objects[referent].box
             words += 1
             hits += column * cell_width < x1 and (column + 1) * cell_width > x0 and row * cell_height < y1 and (row + 1) * cell_height > y0
         for step in range(len(sentence.english)):  # the <eos> row is no word
-            hypothesis.add((number, int(comparison.text_attention[step].argmax()), step))
+            hypothesis.add((number, int(text_rows[step].argmax()), step))
         sure |= {(number, f, e) for f, e in sentence.sure}
         possible |= {(number, f, e) for f, e in (*sentence.sure, *sentence.possible)}
     return hits / words, 1 - (len(hypothesis & sure) + len(hypothesis & possible)) / (len(hypothesis) + len(sure))
@@ -129,19 +131,27 @@ def test_joint_training_then_caption_translate_evaluate_and_compare(scenes, tmp_
     assert compare.main(["--checkpoint", checkpoint, "--image", str(image), "--source", "un grand cercle rouge", "--target", "a large red circle", "--out", str(out)]) == 0
     statistics = json.loads((out / "statistics.json").read_text())
     assert len(statistics["per_word"]) == len(statistics["target"].split()) + 1  # every word and <eos>
+    assert all("reading" in word for word in statistics["per_word"][:-1]) and set(statistics["reading"]) == {"image", "text"}
+    assert all(set(word["erasure"]) == {"image", "text"} for word in statistics["per_word"]) and statistics["erasure"]["text"]["steps"] >= 1
     assert (out / "comparison.png").stat().st_size > 0 and "<script" in (out / "report.html").read_text()
 
     scenes_out = tmp_path / "compare-scenes"
     assert compare.main(["--checkpoint", checkpoint, "--scenes", "4", "--out", str(scenes_out)]) == 0
     metrics = json.loads((scenes_out / "metrics.json").read_text())
     for split in ("test", "compositional"):
-        grounding = metrics[split]["grounding"]
-        hit_rate, aer = grounding_by_hand(checkpoint, split, scenes=4)
-        assert grounding["pointing_hit_rate"] == round(100 * hit_rate, 2)
-        assert grounding["aer"] == round(aer, 4)
-        assert set(grounding["pointing_hit_rate_by_word_kind"]) <= {"size", "colour", "shape"}
-        assert sum(grounding["words_by_word_kind"].values()) == grounding["text_words"]
+        assert metrics[split]["grounding"] == metrics[split]["grounding_by_extraction"][metrics[split]["extraction"]]
+        for extraction, grounding in metrics[split]["grounding_by_extraction"].items():
+            hit_rate, aer = grounding_by_hand(checkpoint, split, scenes=4, reading=extraction == "reading")
+            assert grounding["pointing_hit_rate"] == round(100 * hit_rate, 2)
+            assert grounding["aer"] == round(aer, 4)
+            assert set(grounding["pointing_hit_rate_by_word_kind"]) <= {"size", "colour", "shape"}
+            assert sum(grounding["words_by_word_kind"].values()) == grounding["text_words"]
     assert (scenes_out / "distributions.png").is_file() and (scenes_out / "example" / "report.html").is_file()
+    assert (scenes_out / "erasure.png").stat().st_size > 0
+    for modality in ("image", "text"):
+        erasure = metrics["test"]["erasure"][modality]
+        assert erasure["steps"] == sum(kind["steps"] for kind in erasure["by_word_kind"].values())  # every word, once
+        assert {"peak_drop", "random_drop", "lowest_drop", "peak_flip", "flip_share", "never_flips"} <= set(erasure)
 
 
 def test_compare_refuses_mixed_or_missing_checkpoints(scenes, tmp_path):

@@ -30,7 +30,8 @@ def _browser():
 def _comparison() -> Comparison:
     image_attention = torch.eye(4)[[0, 3, 1, 2]]  # each word looks at another cell
     text_attention = torch.tensor([[0.7, 0.1, 0.2], [0.1, 0.8, 0.1], [0.2, 0.2, 0.6], [0.3, 0.3, 0.4]])
-    return Comparison(["a", "red", "circle", "<eos>"], image_attention, (2, 2), ["un", "cercle", "rouge"], text_attention)
+    reading_image, reading_text = image_attention[[1, 2, 3]], text_attention[[1, 2, 3]]  # the next step's, as a luong decoder reads
+    return Comparison(["a", "red", "circle", "<eos>"], image_attention, (2, 2), ["un", "cercle", "rouge"], text_attention, reading_image, reading_text)
 
 
 def test_report_renders_and_choosing_a_word_changes_the_maps(tmp_path):
@@ -60,5 +61,9 @@ def test_report_renders_and_choosing_a_word_changes_the_maps(tmp_path):
         assert "active" in words[2].get_attribute("class") and "active" not in words[0].get_attribute("class")
         ActionChains(browser).move_to_element(words[1]).perform()  # hovering shows a word too
         assert state()[1] == "red" and state()[0] not in (first[0], clicked[0])
+        emitting_red = state()
+        browser.find_element(By.ID, "reading").click()  # the same word at the step whose query has read it
+        assert state()[1].startswith("red") and state()[0] != emitting_red[0] and state()[2] != emitting_red[2]
+        assert state()[0] == clicked[0]  # "red" is read by the step that emits "circle"
     finally:
         browser.quit()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from nltk.translate.metrics import alignment_error_rate
@@ -222,15 +222,174 @@ def text_grounding(
     return TextGrounding(tagged(hypothesis), tagged(sure_links), tagged(possible_links), len(linked), on_aligned)
 
 
+# -- which step's attention belongs to a word -------------------------------------------------------------------
+EMITTING, READING = "emitting", "reading"
+EXTRACTIONS = (EMITTING, READING)
+
+
+def reading_offset(style: str) -> int:
+    """How many steps after the step that emits a word the decoder's attention query has read that word.
+
+    Under forced decoding step t reads input y_t (y_0 = <bos>, y_t = w_{t-1}) and emits w_t, so the
+    *emitting* extraction reads word w_j's attention from step j. The *reading* extraction (Shift-Att,
+    Chen et al. 2020) takes it from the first step whose attention query has read w_j:
+
+    * ``luong``: a step runs the RNN on its input first and attends with the new state, so step t's
+      query has read y_t; w_j is y_{j+1}: step j + 1 (offset 1);
+    * ``bahdanau``: a step attends with the previous state, made by the step before from its input,
+      then reads its own input; step t's query has read y_{t-1}; w_j is y_{j+1}: step j + 2 (offset 2).
+    """
+    offsets = {"luong": 1, "bahdanau": 2}
+    if style not in offsets:
+        raise ValueError(f"unknown decoder style '{style}'")
+    return offsets[style]
+
+
+def word_attention(steps: Tensor, words: int, style: str, extraction: str) -> Tensor:
+    """The attention belonging to each of a sentence's ``words`` target words under ``extraction``. (words, L)
+
+    ``steps`` (S, L): every forced-decoding step of the sentence, including the one that reads <eos>
+    (:func:`forced_attention` with ``read_eos=True``: S = words + 2).
+    """
+    if extraction not in EXTRACTIONS:
+        raise ValueError(f"unknown extraction '{extraction}'; choose one of {', '.join(EXTRACTIONS)}")
+    offset = 0 if extraction == EMITTING else reading_offset(style)
+    if steps.shape[0] < offset + words:
+        raise ValueError(f"{steps.shape[0]} steps hold no '{extraction}' attention for {words} words (force the target with read_eos=True)")
+    return steps[offset : offset + words]  # (words, L)
+
+
 # -- forced decoding ------------------------------------------------------------------------------------------
 @torch.no_grad()
-def forced_attention(decoder, encoded: EncoderOutput, targets: Tensor) -> list[Tensor]:
+def forced_attention(decoder, encoded: EncoderOutput, targets: Tensor, read_eos: bool = False) -> list[Tensor]:
     """Teacher-force each row of ``targets`` (B, T) (<bos> w1 ... <eos> <pad> ...) through the decoder and
     return, per example, the attention (T_i, L_i) of its steps w1 ... <eos> over its real positions.
 
-    The same target sentence forced through an image encoder and a text encoder gives
-    attention for the same words in both modalities.
+    ``read_eos``: one step more, whose input is <eos> (T_i + 1 rows): the step at which a ``bahdanau``
+    decoder's query has read the last word (see :func:`reading_offset`). The same target sentence
+    forced through an image encoder and a text encoder gives attention for the same words in both modalities.
     """
-    output = decoder(encoded, targets[:, :-1])  # attention (B, T, L)
-    steps = (targets[:, 1:] != Vocabulary.pad_index).sum(1)  # (B,) real target tokens, <eos> included
+    output = decoder(encoded, targets if read_eos else targets[:, :-1])  # attention (B, T, L)
+    steps = (targets != Vocabulary.pad_index).sum(1) - (0 if read_eos else 1)  # (B,) <bos> w1 ... (<eos>): one step each
     return [output.attention[i, : int(steps[i])][:, encoded.mask[i]].float().cpu() for i in range(targets.shape[0])]
+
+
+# -- faithfulness: erasure ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Erasure:
+    """What removing memory positions from one step's attention does to the token that step emits. One entry per
+    forced step (target words, then <eos>); NaN where a sentence has fewer than two real positions."""
+
+    peak_drop: Tensor  # (T,) log p(token) lost when the attention peak is removed (the others renormalise)
+    random_drop: Tensor  # (T,) the same for a random real position, mean over the draws
+    lowest_drop: Tensor  # (T,) the same for the lowest-weight real position
+    peak_flip: Tensor  # (T,) 1.0 when removing the peak changes the argmax word, else 0.0
+    random_flip: Tensor  # (T,) share of the random draws that change it
+    lowest_flip: Tensor  # (T,)
+    flip_share: Tensor  # (T,) fewest top-weighted positions whose removal changes the argmax, / real positions (NaN: none does)
+
+    def steps(self, index: Tensor | slice) -> "Erasure":
+        """The entries of some steps only (e.g. the words, not <eos>; the words of one kind)."""
+        return Erasure(**{name: getattr(self, name)[index] for name in Erasure.__dataclass_fields__})
+
+
+@torch.no_grad()
+def erasure(decoder, encoded: EncoderOutput, target: Tensor, draws: int = 5, generator: torch.Generator | None = None) -> Erasure:
+    """Erase memory positions from each step's attention under forced decoding, every step at once.
+
+    ``encoded`` holds one source; ``target`` (T + 1,) is <bos> w1 ... <eos>. Under forced decoding the state
+    before step t does not depend on step t's attention, so the states of a plain forced run are kept and
+    step t is run again from its state with positions masked out (through ``mask``: the attention over the
+    others renormalises), for every step and every removal in one batch. Removals per step: the peak, the
+    lowest-weight real position, ``draws`` random real positions, and the top 1, 2, ... weighted positions
+    (for ``flip_share``). Nothing here asks which modality made the memory.
+    """
+    if encoded.batch_size != 1:
+        raise ValueError("erasure takes one source at a time")
+    device = encoded.memory.device
+    target = target.to(device)
+    inputs, gold = target[:-1], target[1:]  # (T,), (T,)
+    steps = inputs.shape[0]
+    real = encoded.mask[0]  # (L,)
+    positions = int(real.sum())
+
+    state, states, attention, log_probs = decoder.init_state(encoded), [], [], []
+    for t in range(steps):  # the plain forced run: the state before each step, its attention and log-probabilities
+        states.append(state)
+        out = decoder.step(inputs[t : t + 1], state)
+        attention.append(out.attention[0])
+        log_probs.append(out.logits[0].float().log_softmax(-1))
+        state = out.state
+    attention_tl = torch.stack(attention)  # (T, L)
+    base = torch.stack(log_probs)  # (T, V)
+    base_gold = base.gather(1, gold.unsqueeze(1)).squeeze(1)  # (T,)
+    base_best = base.argmax(-1)  # (T,)
+    nan = torch.full((steps,), float("nan"))
+    if positions < 2:
+        return Erasure(nan, nan, nan, nan, nan, nan, nan)
+
+    # The removals of every step: (T, R, L) True = removed. R = peak, lowest, draws randoms, top-1 ... top-(P-1).
+    weights = attention_tl.float().masked_fill(~real, float("-inf"))  # (T, L)
+    order = weights.argsort(dim=-1, descending=True, stable=True)[:, :positions]  # (T, P) real positions by weight, ties by index
+    ranks = torch.arange(positions - 1, device=device)  # (P-1,)
+    top = torch.zeros(steps, positions - 1, real.shape[0], dtype=torch.bool, device=device)  # (T, P-1, L)
+    top.scatter_(2, order[:, None, : positions - 1].expand(-1, positions - 1, -1), (ranks[None, :, None] >= ranks[None, None, :]).expand(steps, -1, -1))
+    real_index = real.nonzero().squeeze(1)  # (P,)
+    picks = real_index[torch.randint(positions, (steps, draws), generator=generator).to(device)]  # (T, draws)
+    single = torch.stack([order[:, 0], order[:, -1]], 1)  # (T, 2) peak, lowest
+    singles = torch.nn.functional.one_hot(torch.cat([single, picks], 1), real.shape[0]).bool()  # (T, 2 + draws, L)
+    removed = torch.cat([singles, top], 1)  # (T, R, L)
+    per_step = removed.shape[1]
+
+    # One decoder step for every (step, removal) row, from that step's stored state.
+    rows = torch.arange(steps, device=device).repeat_interleave(per_step)  # (T*R,)
+    first = states[0]
+    hidden = torch.cat([s.hidden for s in states], 1).index_select(1, rows)  # (N, T*R, H)
+    cell = None if first.cell is None else torch.cat([s.cell for s in states], 1).index_select(1, rows)
+    feed = None if first.feed is None else torch.cat([s.feed for s in states], 0).index_select(0, rows)
+    count = rows.shape[0]
+    intervened = replace(
+        first,
+        hidden=hidden,
+        cell=cell,
+        feed=feed,
+        keys=first.keys.expand(count, -1, -1),
+        memory=first.memory.expand(count, -1, -1),
+        mask=real.unsqueeze(0) & ~removed.reshape(count, -1),  # (T*R, L)
+        beams=1,
+    )
+    out = decoder.step(inputs.index_select(0, rows), intervened)
+    log_p = out.logits.float().log_softmax(-1)  # (T*R, V)
+    drop = (base_gold.index_select(0, rows) - log_p.gather(1, gold.index_select(0, rows).unsqueeze(1)).squeeze(1)).view(steps, per_step)  # (T, R)
+    flip = (log_p.argmax(-1) != base_best.index_select(0, rows)).view(steps, per_step).float()  # (T, R)
+
+    top_flips = flip[:, 2 + draws :]  # (T, P-1): removing the top k+1
+    first_flip = torch.where(top_flips.any(1), top_flips.argmax(1).float() + 1, torch.full((steps,), float("nan"), device=device))  # (T,)
+    return Erasure(
+        peak_drop=drop[:, 0].cpu(),
+        random_drop=drop[:, 2 : 2 + draws].mean(1).cpu(),
+        lowest_drop=drop[:, 1].cpu(),
+        peak_flip=flip[:, 0].cpu(),
+        random_flip=flip[:, 2 : 2 + draws].mean(1).cpu(),
+        lowest_flip=flip[:, 1].cpu(),
+        flip_share=(first_flip / positions).cpu(),
+    )
+
+
+def erasure_means(parts: Sequence[Erasure]) -> dict[str, float]:
+    """Means over every step of ``parts`` (several sentences pooled); a flip share only over the steps where
+    some removal flips the word (``never_flips``: the share of steps where none does)."""
+    fields = {name: torch.cat([getattr(part, name) for part in parts]) for name in Erasure.__dataclass_fields__} if parts else {}
+    if not fields or fields["peak_drop"].numel() == 0:
+        return {"steps": 0}
+    scored = ~fields["peak_drop"].isnan()  # steps of sentences with at least two positions
+
+    def mean(values: Tensor) -> float:
+        values = values[~values.isnan()]
+        return round(float(values.mean()), 4) if values.numel() else float("nan")
+
+    summary = {name: mean(values[scored]) for name, values in fields.items() if name != "flip_share"}
+    summary["flip_share"] = mean(fields["flip_share"][scored])
+    summary["never_flips"] = round(float(fields["flip_share"][scored].isnan().float().mean()), 4) if scored.any() else float("nan")
+    summary["steps"] = int(scored.sum())
+    return summary

@@ -15,17 +15,33 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from torch import Tensor
 
-from attnkit.analysis import ImageGrounding, TextGrounding, forced_attention, image_grounding, summarise, text_grounding
+from attnkit.analysis import (
+    EMITTING,
+    EXTRACTIONS,
+    READING,
+    Erasure,
+    ImageGrounding,
+    TextGrounding,
+    forced_attention,
+    image_grounding,
+    summarise,
+    text_grounding,
+    erasure,
+    erasure_means,
+    word_attention,
+)
 from attnkit.captioning import Captioner, ImageInput
 from attnkit.checkpoint import load_checkpoint
 from attnkit.data.batching import pad_sequences
 from attnkit.data.scenes import Scene, word_kind
 from attnkit.errors import UserError
+from attnkit.interfaces import EncoderOutput
 from attnkit.metrics import caption_scores, translation_scores
 from attnkit.translation import Translator
 from attnkit.vocab import EOS
@@ -36,24 +52,56 @@ class Comparison:
     """One target sentence's attention in both modalities."""
 
     target_words: list[str]  # forced target tokens, <eos> last: one per attention row
-    image_attention: Tensor  # (T, L) over grid cells, row-major
+    image_attention: Tensor  # (T, L) over grid cells, row-major: the step that emits each token
     grid: tuple[int, int]  # (height, width) of the image grid
     source_words: list[str]  # what the text encoder read
     text_attention: Tensor  # (T, S)
+    image_reading: Tensor | None = None  # (T - 1, L) each word's attention at the step whose query has read it
+    text_reading: Tensor | None = None  # (T - 1, S) (see attnkit.analysis.reading_offset)
+    image_erasure: Erasure | None = None  # what removing image cells from each step's attention does to its token
+    text_erasure: Erasure | None = None  # the same for source words
+
+    def word_attention(self, extraction: str) -> tuple[Tensor, Tensor]:
+        """The image and text attention of the target *words* (not <eos>) under ``extraction``: (W, L), (W, S)."""
+        words = len(self.target_words) - 1
+        if extraction == EMITTING:
+            return self.image_attention[:words], self.text_attention[:words]
+        if extraction != READING:
+            raise ValueError(f"unknown extraction '{extraction}'; choose one of {', '.join(EXTRACTIONS)}")
+        if self.image_reading is None or self.text_reading is None:
+            raise ValueError("this comparison holds no reading-step attention")
+        return self.image_reading, self.text_reading
 
     def statistics(self) -> dict:
-        """Mean statistics per modality and, per target word, entropy / peak / effective positions of both."""
+        """Mean statistics per modality and, per target word, entropy / peak / effective positions of both, at the
+        step that emits the word and (``reading``, words only) at the step whose query has read it."""
         image, text = summarise(self.image_attention), summarise(self.text_attention)
+        reading = None
+        if self.image_reading is not None and self.text_reading is not None:
+            reading = {"image": summarise(self.image_reading), "text": summarise(self.text_reading)}
+
+        def at(summary, t: int) -> dict:
+            return {"entropy": summary.entropy[t], "peak": summary.peak[t], "effective_positions": summary.effective_positions[t]}
+
+        erased = {"image": self.image_erasure, "text": self.text_erasure} if self.image_erasure is not None and self.text_erasure is not None else None
+
+        def erasure_at(found: Erasure, t: int) -> dict:
+            return {name: round(float(getattr(found, name)[t]), 4) for name in Erasure.__dataclass_fields__}
+
         per_word = []
         for t, word in enumerate(self.target_words):
-            per_word.append(
-                {
-                    "word": word,
-                    "image": {"entropy": image.entropy[t], "peak": image.peak[t], "effective_positions": image.effective_positions[t]},
-                    "text": {"entropy": text.entropy[t], "peak": text.peak[t], "effective_positions": text.effective_positions[t]},
-                }
-            )
-        return {"image": image.mean(), "text": text.mean(), "per_word": per_word}
+            record = {"word": word, "image": at(image, t), "text": at(text, t)}
+            if reading is not None and t < len(self.target_words) - 1:
+                record["reading"] = {modality: at(summary, t) for modality, summary in reading.items()}
+            if erased is not None:
+                record["erasure"] = {modality: erasure_at(found, t) for modality, found in erased.items()}
+            per_word.append(record)
+        means = {"image": image.mean(), "text": text.mean(), "per_word": per_word}
+        if reading is not None:
+            means["reading"] = {modality: summary.mean() for modality, summary in reading.items()}
+        if erased is not None:
+            means["erasure"] = {modality: erasure_means([found]) for modality, found in erased.items()}
+        return means
 
 
 class AttentionComparer:
@@ -96,10 +144,14 @@ class AttentionComparer:
         text_ids = pad_sequences([text_side.target_vocab.encode(w, add_bos=True, add_eos=True) for w in words]).ids
         return words, caption_ids, text_ids
 
-    def compare(self, images: Sequence[ImageInput], sources: Sequence[str], targets: Sequence[str] | None = None) -> list[Comparison]:
+    def compare(
+        self, images: Sequence[ImageInput], sources: Sequence[str], targets: Sequence[str] | None = None, erase: bool = True
+    ) -> list[Comparison]:
         """Force each target (default: the caption decoded from the image) through both encoders' outputs.
 
         ``images``, ``sources`` and ``targets`` are parallel: example i is (image i, source i, target i).
+        ``erase``: also measure what erasing memory positions from each step's attention does
+        (:func:`attnkit.analysis.erasure`, random draws seeded by the example's position).
         """
         if len(images) != len(sources) or (targets is not None and len(targets) != len(images)):
             raise UserError("give as many images as source sentences (and target sentences)")
@@ -114,17 +166,97 @@ class AttentionComparer:
         words, caption_ids, text_ids = self._target_ids(targets)
         image_encoded = self.captioner.encode(images)
         text_encoded, source_words = self.translator.encode(list(sources))
-        image_rows = forced_attention(self.captioner.model.decoder, image_encoded, caption_ids.to(self.captioner.device))
-        text_rows = forced_attention(self.translator.model.decoder, text_encoded, text_ids.to(self.translator.device))
+        image_decoder, text_decoder = self.captioner.model.decoder, self.translator.model.decoder
+        image_steps = forced_attention(image_decoder, image_encoded, caption_ids.to(self.captioner.device), read_eos=True)
+        text_steps = forced_attention(text_decoder, text_encoded, text_ids.to(self.translator.device), read_eos=True)
         grid = (image_encoded.layout.height, image_encoded.layout.width)
-        return [
-            Comparison([*w, EOS], image_attention, grid, source, text_attention)
-            for w, image_attention, source, text_attention in zip(words, image_rows, source_words, text_rows)
-        ]
+        comparisons = []
+        for i, (w, image, source, text) in enumerate(zip(words, image_steps, source_words, text_steps)):  # (W + 2, L), (W + 2, S)
+            image_reading = word_attention(image, len(w), image_decoder.config.style, READING)
+            text_reading = word_attention(text, len(w), text_decoder.config.style, READING)
+            erased = (None, None)
+            if erase:
+                erased = tuple(
+                    erasure(decoder, _one(encoded, i), ids[i, : len(w) + 2], generator=torch.Generator().manual_seed(i))
+                    for decoder, encoded, ids in ((image_decoder, image_encoded, caption_ids), (text_decoder, text_encoded, text_ids))
+                )
+            comparisons.append(Comparison([*w, EOS], image[: len(w) + 1], grid, source, text[: len(w) + 1], image_reading, text_reading, *erased))
+        return comparisons
+
+
+def _one(encoded: EncoderOutput, i: int) -> EncoderOutput:
+    """Example ``i`` of a batch's encoder output (its layout is only for plots and is kept whole)."""
+    return EncoderOutput(encoded.memory[i : i + 1], encoded.mask[i : i + 1], encoded.init_state[i : i + 1], encoded.layout)
 
 
 # -- generated scenes: quality and grounding against the ground truth -------------------------------------------
-def evaluate_scenes(comparer: AttentionComparer, scenes: Sequence[Scene], beam_size: int | None = None, batch_size: int = 64) -> dict:
+# Which step's attention is a word's in reported scene figures unless told otherwise; both are always
+# reported. Chosen on validation scenes (BENCHMARKS.md, "Scenes"), never on test scenes.
+DEFAULT_EXTRACTION = EMITTING
+
+
+@dataclass
+class _SceneGrounding:
+    """Grounding and attention statistics of forced scene sentences under one extraction, pooled over scenes."""
+
+    image_by_kind: dict[str, ImageGrounding] = field(default_factory=lambda: defaultdict(ImageGrounding))
+    text_by_kind: dict[str, TextGrounding] = field(default_factory=lambda: defaultdict(TextGrounding))
+    image_entropy: list[float] = field(default_factory=list)
+    text_entropy: list[float] = field(default_factory=list)
+    image_peak: list[float] = field(default_factory=list)
+    text_peak: list[float] = field(default_factory=list)
+
+    def add(self, scene: Scene, number: int, image: Tensor, text: Tensor, grid: tuple[int, int]) -> None:
+        """One scene's first phrasing: ``image`` (W, L) and ``text`` (W, S), one row per word."""
+        sentence = scene.sentences[0]
+        words = len(sentence.english)
+        boxes = [item.box for item in scene.objects]
+        # Scored one kind of word at a time ("a", "of", size, colour, shape ...); every word has one
+        # kind, so the kinds pooled give the totals.
+        kinds = [word_kind(word) for word in sentence.english]
+        for kind in set(kinds):
+            referents = [r if k == kind else None for r, k in zip(sentence.referents, kinds)]
+            if any(r is not None for r in referents):
+                self.image_by_kind[kind] += image_grounding(image, referents, boxes, grid, (scene.size, scene.size))
+            sure, possible = ([(f, e) for f, e in links if kinds[e] == kind] for links in (sentence.sure, sentence.possible))
+            if possible:
+                self.text_by_kind[kind] += text_grounding(text, sure, possible, words, sentence=number)
+        image_summary, text_summary = summarise(image), summarise(text)
+        self.image_entropy += image_summary.normalised_entropy
+        self.text_entropy += text_summary.normalised_entropy
+        self.image_peak += image_summary.peak
+        self.text_peak += text_summary.peak
+
+    def grounding(self) -> dict:
+        image_score, text_score = sum(self.image_by_kind.values(), ImageGrounding()), sum(self.text_by_kind.values(), TextGrounding())
+        return {
+            "image_referring_words": image_score.words,
+            "pointing_hit_rate": round(100 * image_score.hit_rate, 2),
+            "in_box_mass": round(image_score.mean_mass, 4),
+            "text_words": text_score.words,
+            "aer": round(text_score.aer, 4),
+            "text_peak_on_aligned": round(100 * text_score.peak_on_aligned_rate, 2),
+            "pointing_hit_rate_by_word_kind": {kind: round(100 * score.hit_rate, 2) for kind, score in sorted(self.image_by_kind.items())},
+            "text_peak_on_aligned_by_word_kind": {kind: round(100 * score.peak_on_aligned_rate, 2) for kind, score in sorted(self.text_by_kind.items())},
+            "words_by_word_kind": {kind: score.words for kind, score in sorted(self.text_by_kind.items())},
+        }
+
+    def attention(self) -> dict:
+        def mean(values: list[float]) -> float:
+            return round(sum(values) / len(values), 4)
+
+        return {
+            "image": {"normalised_entropy": mean(self.image_entropy), "peak": mean(self.image_peak)},
+            "text": {"normalised_entropy": mean(self.text_entropy), "peak": mean(self.text_peak)},
+        }
+
+    def distributions(self) -> dict:
+        return {"image_normalised_entropy": self.image_entropy, "text_normalised_entropy": self.text_entropy, "image_peak": self.image_peak, "text_peak": self.text_peak}
+
+
+def evaluate_scenes(
+    comparer: AttentionComparer, scenes: Sequence[Scene], beam_size: int | None = None, batch_size: int = 64, extraction: str = DEFAULT_EXTRACTION
+) -> dict:
     """Caption and translation quality, attention statistics and grounding on ``scenes``.
 
     Quality: the captions decoded from the images against every phrasing of their
@@ -132,10 +264,17 @@ def evaluate_scenes(comparer: AttentionComparer, scenes: Sequence[Scene], beam_s
     its English twin (sacreBLEU, exact match). Grounding: each scene's first
     phrasing is forced through both encoders; the pointing game and in-box mass
     score the image attention of the words that name an object, the AER scores the
-    text attention of every word against the gold links.
+    text attention of every word against the gold links. ``grounding`` and
+    ``attention`` read each word's attention as ``extraction`` says;
+    ``grounding_by_extraction`` has the grounding under every extraction.
+    ``erasure``: per modality (and word kind), what removing the attention peak, a
+    random position or the lowest-weight one from a word's step does to its
+    log-probability and its argmax (:func:`attnkit.analysis.erasure`).
     """
     if not scenes:
         raise UserError("no scenes to evaluate")
+    if extraction not in EXTRACTIONS:
+        raise UserError(f"unknown attention extraction '{extraction}'; choose one of {', '.join(EXTRACTIONS)}")
     images = [scene.image() for scene in scenes]
     tokenize = comparer.captioner.pipeline.tokenizer.tokenize
     captions = [best[0] for best in comparer.captioner.caption(images, beam_size, batch_size)]
@@ -149,36 +288,18 @@ def evaluate_scenes(comparer: AttentionComparer, scenes: Sequence[Scene], beam_s
     translation_quality = translation_scores([t.text for t in translations], [[ref] for _, ref in pairs], lowercase=True)
     exact_translations = sum(t.words == target_tokenize(ref) for t, (_, ref) in zip(translations, pairs))
 
-    image_by_kind: dict[str, ImageGrounding] = defaultdict(ImageGrounding)
-    text_by_kind: dict[str, TextGrounding] = defaultdict(TextGrounding)
-    image_entropy, text_entropy, image_peak, text_peak = [], [], [], []
+    pooled = {name: _SceneGrounding() for name in EXTRACTIONS}
+    erased: dict[str, dict[str, list[Erasure]]] = {modality: defaultdict(list) for modality in ("image", "text")}  # by word kind
     for start in range(0, len(scenes), batch_size):
         chunk = scenes[start : start + batch_size]
         compared = comparer.compare(images[start : start + batch_size], [s.sentences[0].french_text for s in chunk], [s.sentences[0].english_text for s in chunk])
         for number, (scene, comparison) in enumerate(zip(chunk, compared), start):
-            sentence = scene.sentences[0]
-            words = len(sentence.english)  # rows of the words; the last row is <eos>
-            boxes = [item.box for item in scene.objects]
-            # Scored one kind of word at a time ("a", "of", size, colour, shape ...); every word has one
-            # kind, so the kinds pooled give the totals.
-            kinds = [word_kind(word) for word in sentence.english]
-            for kind in set(kinds):
-                referents = [r if k == kind else None for r, k in zip(sentence.referents, kinds)]
-                if any(r is not None for r in referents):
-                    image_by_kind[kind] += image_grounding(comparison.image_attention, referents, boxes, comparison.grid, (scene.size, scene.size))
-                sure, possible = ([(f, e) for f, e in links if kinds[e] == kind] for links in (sentence.sure, sentence.possible))
-                if possible:
-                    text_by_kind[kind] += text_grounding(comparison.text_attention, sure, possible, words, sentence=number)
-            image_summary, text_summary = summarise(comparison.image_attention[:words]), summarise(comparison.text_attention[:words])
-            image_entropy += image_summary.normalised_entropy
-            text_entropy += text_summary.normalised_entropy
-            image_peak += image_summary.peak
-            text_peak += text_summary.peak
-
-    image_score, text_score = sum(image_by_kind.values(), ImageGrounding()), sum(text_by_kind.values(), TextGrounding())
-
-    def mean(values: list[float]) -> float:
-        return round(sum(values) / len(values), 4)
+            for name, scores in pooled.items():
+                scores.add(scene, number, *comparison.word_attention(name), comparison.grid)
+            kinds = [word_kind(word) for word in scene.sentences[0].english]
+            for modality, found in (("image", comparison.image_erasure), ("text", comparison.text_erasure)):
+                for kind in set(kinds):
+                    erased[modality][kind].append(found.steps(torch.tensor([k == kind for k in kinds] + [False])))  # the words of one kind
 
     return {
         "scenes": len(scenes),
@@ -193,20 +314,23 @@ def evaluate_scenes(comparer: AttentionComparer, scenes: Sequence[Scene], beam_s
             "chrf": translation_quality["chrf"],
             "exact_match": round(100 * exact_translations / len(pairs), 2),
         },
-        "grounding": {
-            "image_referring_words": image_score.words,
-            "pointing_hit_rate": round(100 * image_score.hit_rate, 2),
-            "in_box_mass": round(image_score.mean_mass, 4),
-            "text_words": text_score.words,
-            "aer": round(text_score.aer, 4),
-            "text_peak_on_aligned": round(100 * text_score.peak_on_aligned_rate, 2),
-            "pointing_hit_rate_by_word_kind": {kind: round(100 * score.hit_rate, 2) for kind, score in sorted(image_by_kind.items())},
-            "text_peak_on_aligned_by_word_kind": {kind: round(100 * score.peak_on_aligned_rate, 2) for kind, score in sorted(text_by_kind.items())},
-            "words_by_word_kind": {kind: score.words for kind, score in sorted(text_by_kind.items())},
+        "extraction": extraction,
+        "grounding": pooled[extraction].grounding(),
+        "grounding_by_extraction": {name: scores.grounding() for name, scores in pooled.items()},
+        "attention": pooled[extraction].attention(),
+        "erasure": {
+            modality: {
+                **erasure_means([part for parts in by_kind.values() for part in parts]),
+                "by_word_kind": {kind: erasure_means(parts) for kind, parts in sorted(by_kind.items())},
+            }
+            for modality, by_kind in erased.items()
         },
-        "attention": {
-            "image": {"normalised_entropy": mean(image_entropy), "peak": mean(image_peak)},
-            "text": {"normalised_entropy": mean(text_entropy), "peak": mean(text_peak)},
+        "distributions": {
+            **pooled[extraction].distributions(),
+            **{
+                f"{modality}_{removed}_drop": torch.cat([getattr(part, f"{removed}_drop") for parts in by_kind.values() for part in parts]).nan_to_num(0.0).tolist()
+                for modality, by_kind in erased.items()
+                for removed in ("peak", "random")
+            },
         },
-        "distributions": {"image_normalised_entropy": image_entropy, "text_normalised_entropy": text_entropy, "image_peak": image_peak, "text_peak": text_peak},
     }

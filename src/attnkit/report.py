@@ -18,7 +18,7 @@ import io
 import json
 from pathlib import Path
 
-from attnkit.comparison import AttentionComparer, Comparison, evaluate_scenes
+from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer, Comparison, evaluate_scenes
 from attnkit.data.scenes import generate_scenes
 from attnkit.errors import UserError
 from attnkit.files import write_text_atomic
@@ -56,10 +56,13 @@ tr.active td { background: #e3ecfb; }
 
 SCRIPT = """
 const steps = JSON.parse(document.getElementById("steps").textContent);
+let shown = 0;
 function show(t) {
-  const step = steps[t];
+  shown = t;
+  const reading = document.getElementById("reading").checked && steps[t].reading;
+  const step = reading ? steps[t].reading : steps[t];
   document.getElementById("image-map").src = step.map;
-  document.getElementById("current-word").textContent = step.word;
+  document.getElementById("current-word").textContent = steps[t].word + (reading ? " (step that has read it)" : "");
   step.weights.forEach((w, s) => {
     document.getElementById("bar-" + s).style.height = (100 * w).toFixed(1) + "%";
     document.getElementById("bar-" + s).title = w.toFixed(3);
@@ -68,6 +71,7 @@ function show(t) {
   document.getElementById("text-stats").textContent = `entropy ${step.text.entropy.toFixed(3)}, peak ${step.text.peak.toFixed(3)}`;
   document.querySelectorAll(".word, tr.step").forEach(e => e.classList.toggle("active", Number(e.dataset.step) === t));
 }
+document.querySelectorAll("input[name=extraction]").forEach(choice => choice.addEventListener("change", () => show(shown)));
 document.querySelectorAll(".word").forEach(button => {
   button.addEventListener("click", () => show(Number(button.dataset.step)));
   button.addEventListener("mouseenter", () => show(Number(button.dataset.step)));
@@ -80,26 +84,43 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
     """Write the report for ``comparison`` (``statistics`` as :meth:`Comparison.statistics` gives them)."""
     steps = []
     maps = overlays(image, comparison.image_attention, comparison.grid)
+    reading_maps = overlays(image, comparison.image_reading, comparison.grid) if comparison.image_reading is not None else []
+
+    def view(picture, weights, statistics_of_step: dict) -> dict:
+        return {
+            "map": _png_data_url(picture.resize((320, 320))),
+            "weights": [round(float(w), 4) for w in weights],
+            "image": statistics_of_step["image"],
+            "text": statistics_of_step["text"],
+        }
+
     for t, word in enumerate(comparison.target_words):
         per_word = statistics["per_word"][t]
-        steps.append(
-            {
-                "word": word,
-                "map": _png_data_url(maps[t].resize((320, 320))),
-                "weights": [round(float(w), 4) for w in comparison.text_attention[t]],
-                "image": per_word["image"],
-                "text": per_word["text"],
-            }
-        )
+        step = {"word": word, **view(maps[t], comparison.text_attention[t], per_word)}
+        if t < len(reading_maps) and "reading" in per_word:  # words only: no step reads <eos> before it ends
+            step["reading"] = view(reading_maps[t], comparison.text_reading[t], per_word["reading"])
+        steps.append(step)
     escape = html.escape
     buttons = "".join(f'<button class="word" data-step="{t}">{escape(step["word"])}</button>' for t, step in enumerate(steps))
     bars = "".join(
         f'<div class="source"><div class="bar" id="bar-{s}"></div><div class="label">{escape(word)}</div></div>' for s, word in enumerate(comparison.source_words)
     )
+    def erasure_cells(t: int) -> str:
+        """log p(word) lost when the peak / a random position is removed from the step's attention, per modality."""
+        erased = statistics["per_word"][t].get("erasure")
+        if erased is None:
+            return ""
+        return "".join(f'<td>{erased[m]["peak_drop"]:.2f}</td><td>{erased[m]["random_drop"]:.2f}</td>' for m in ("image", "text"))
+
+    erasure_heads = (
+        "<th>image: log p lost, peak erased</th><th>image: random erased</th><th>text: peak erased</th><th>text: random erased</th>"
+        if statistics["per_word"] and "erasure" in statistics["per_word"][0]
+        else ""
+    )
     rows = "".join(
         f'<tr class="step" data-step="{t}"><td class="text">{escape(step["word"])}</td>'
         f'<td>{step["image"]["entropy"]:.3f}</td><td>{step["image"]["peak"]:.3f}</td><td>{step["image"]["effective_positions"]:.2f}</td>'
-        f'<td>{step["text"]["entropy"]:.3f}</td><td>{step["text"]["peak"]:.3f}</td><td>{step["text"]["effective_positions"]:.2f}</td></tr>'
+        f'<td>{step["text"]["entropy"]:.3f}</td><td>{step["text"]["peak"]:.3f}</td><td>{step["text"]["effective_positions"]:.2f}</td>{erasure_cells(t)}</tr>'
         for t, step in enumerate(steps)
     )
     means = "".join(
@@ -119,12 +140,14 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
 <p class="sentence"><b>source</b>: {escape(" ".join(comparison.source_words))}</p>
 <p>Hover over or click a target word to see where the decoder looked, over the {height}&times;{width} image grid and over the source words.</p>
 <div class="words">{buttons}</div>
+<p>A word's attention from <label><input type="radio" name="extraction" id="emitting" value="emitting" checked> the step that emits it</label>
+<label><input type="radio" name="extraction" id="reading" value="reading"> the step whose query has read it (Shift-Att; words only)</label></p>
 <div class="panels">
   <div class="panel"><h2>image: <span id="current-word"></span></h2><img id="image-map" alt="attention over the image"><div id="image-stats"></div></div>
   <div class="panel"><h2>source words</h2><div id="source-bars">{bars}</div><div id="text-stats"></div></div>
   <div class="panel"><h2>input</h2><img src="{_png_data_url(image.convert("RGB").resize((160, 160)))}" alt="input image"></div>
 </div>
-<table><tr><th>target word</th><th>image entropy</th><th>image peak</th><th>image eff. cells</th><th>text entropy</th><th>text peak</th><th>text eff. words</th></tr>{rows}</table>
+<table><tr><th>target word</th><th>image entropy</th><th>image peak</th><th>image eff. cells</th><th>text entropy</th><th>text peak</th><th>text eff. words</th>{erasure_heads}</tr>{rows}</table>
 <table><tr><th>modality</th><th>entropy (nats)</th><th>peak</th><th>effective positions</th><th>entropy / log L</th><th>positions L</th></tr>{means}</table>
 <script type="application/json" id="steps">{steps_json}</script>
 <script>{SCRIPT}</script>
@@ -147,8 +170,20 @@ def write_comparison(comparer: AttentionComparer, image, source: str, target: st
     return [(png, "each target word's attention over the image (top) and over the source words (bottom)"), (html, "interactive report"), (stats, "statistics")]
 
 
-def compare_scenes(comparer: AttentionComparer, out: Path, count: int, seed: int = 0, size: int = 128, beam: int | None = None, log=print) -> list[tuple[Path, str]]:
-    """Metrics JSON and distribution plots on ``count`` generated scenes per split, and the comparison of one scene."""
+def compare_scenes(
+    comparer: AttentionComparer,
+    out: Path,
+    count: int,
+    seed: int = 0,
+    size: int = 128,
+    beam: int | None = None,
+    log=print,
+    extraction: str = DEFAULT_EXTRACTION,
+) -> list[tuple[Path, str]]:
+    """Metrics JSON and distribution plots on ``count`` generated scenes per split, and the comparison of one scene.
+
+    ``extraction``: which step's attention is a word's in the headline grounding and the plots; the
+    metrics hold the grounding under every extraction too."""
     if comparer.translator.pipeline.source_lang != "fr" or comparer.translator.pipeline.target_lang != "en":
         raise UserError("generated scenes are described in French and English: this needs a French -> English model trained on scenes")
     if count < 1:
@@ -157,14 +192,16 @@ def compare_scenes(comparer: AttentionComparer, out: Path, count: int, seed: int
     distributions = {}
     for split in SCENE_SPLITS:
         scenes = generate_scenes(count, seed, split, size)
-        result = evaluate_scenes(comparer, scenes, beam_size=beam)
+        result = evaluate_scenes(comparer, scenes, beam_size=beam, extraction=extraction)
         distributions[split] = result.pop("distributions")
         metrics[split] = result
         grounding = result["grounding"]
         log(
             f"{split}: caption BLEU-4 {result['captioning']['bleu4']}, exact {result['captioning']['exact_match']}%; "
             f"translation BLEU {result['translation']['bleu']}; pointing {grounding['pointing_hit_rate']}%, "
-            f"in-box mass {grounding['in_box_mass']}, AER {grounding['aer']}"
+            f"in-box mass {grounding['in_box_mass']}, AER {grounding['aer']} (attention of the {extraction} step; "
+            + ", ".join(f"{name}: pointing {g['pointing_hit_rate']}%, AER {g['aer']}" for name, g in result["grounding_by_extraction"].items())
+            + ")"
         )
     out.mkdir(parents=True, exist_ok=True)
     metrics_json = write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
@@ -173,8 +210,22 @@ def compare_scenes(comparer: AttentionComparer, out: Path, count: int, seed: int
         for statistic in ("normalised_entropy", "peak")
     }
     plot = plot_distributions(series, out / "distributions.png", title=f"attention per target word, {count} scenes per split")
+    drops = {
+        f"{modality}: log p(word) lost": {
+            f"{removed} removed ({split})": distributions[split][f"{modality}_{removed}_drop"] for split in SCENE_SPLITS[:1] for removed in ("peak", "random")
+        }
+        for modality in ("image", "text")
+    }
+    highest = max((max(values, default=0.0) for panel in drops.values() for values in panel.values()), default=1.0)
+    erasure_plot = plot_distributions(
+        drops, out / "erasure.png", title=f"erasure: the attention peak against a random position, {count} test scenes", value_range=(-0.5, max(1.0, highest))
+    )
     example = generate_scenes(1, seed, "test", size)[0]
     sentence = example.sentences[0]
-    outputs = [(metrics_json, "quality, grounding and attention statistics per split"), (plot, "entropy and peak weight per modality")]
+    outputs = [
+        (metrics_json, "quality, grounding, erasure and attention statistics per split"),
+        (plot, "entropy and peak weight per modality"),
+        (erasure_plot, "what removing the attention peak, or a random position, costs each word: both modalities"),
+    ]
     outputs += write_comparison(comparer, example.image(), sentence.french_text, sentence.english_text, out / "example", log=log)
     return outputs

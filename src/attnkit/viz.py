@@ -137,16 +137,18 @@ def plot_cross_modal(image, comparison, path: str | Path, title: str = "", colum
     return save_figure(figure, path)
 
 
-def plot_distributions(series: dict[str, dict[str, Sequence[float]]], path: str | Path, title: str = "") -> Path:
+def plot_distributions(
+    series: dict[str, dict[str, Sequence[float]]], path: str | Path, title: str = "", value_range: tuple[float, float] | None = (0.0, 1.0)
+) -> Path:
     """One histogram panel per statistic, one coloured histogram per group (e.g. per modality).
 
-    ``series``: statistic name -> {group name -> values}.
+    ``series``: statistic name -> {group name -> values}; ``value_range``: the bins' span (None: each panel's values').
     """
     figure = _new_figure(figsize=(4.2 * len(series), 3.2))
     axes = figure.subplots(1, len(series), squeeze=False)
     for axis, (statistic, groups) in zip(axes[0], series.items()):
         for group, values in groups.items():
-            axis.hist(list(values), bins=20, range=(0.0, 1.0), alpha=0.55, label=group)
+            axis.hist(list(values), bins=20, range=value_range, alpha=0.55, label=group)
         axis.set_xlabel(statistic)
         axis.set_ylabel("target words")
         axis.legend(fontsize=8)
