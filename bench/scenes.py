@@ -137,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
                 + ", ".join(f"{name}: pointing {g['pointing_hit_rate']}%, AER {g['aer']}" for name, g in metrics["grounding_by_extraction"].items())
                 + ")"
             )
+            for modality, erased in metrics["erasure"].items():
+                print(
+                    f"  erasure, {modality}: log p(word) lost {erased['peak_drop']} (peak removed), {erased['random_drop']} (a random position), "
+                    f"{erased['lowest_drop']} (the lowest); the word changes {100 * erased['peak_flip']:.1f}% / {100 * erased['random_flip']:.1f}% "
+                    f"/ {100 * erased['lowest_flip']:.1f}% of the time"
+                )
 
     joint = results["shared"]["test"]
     reached = {
@@ -150,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         "caption_bleu4": reached["caption_bleu4"] >= TARGETS["caption_bleu4"],
     }
     met = all(checks.values())
+    # Does the attention matter? Removing the peak must cost a word more than removing a random position.
+    erasure = {modality: joint["erasure"][modality]["peak_drop"] > joint["erasure"][modality]["random_drop"] for modality in ("image", "text")}
+    for modality, hurts in erasure.items():
+        print(f"erasure, {modality}: removing the peak hurts {'more' if hurts else 'NOT more'} than removing a random position")
     for name, ok in checks.items():
         print(f"target {name}: {reached[name]} ({'met' if ok else 'NOT met'}; target {'<=' if name == 'aer' else '>='} {TARGETS[name]})")
     result = {
@@ -161,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         "reached": reached,
         "met": met,
         "extraction": extraction,
+        "erasure_peak_hurts_more": erasure,
         "validation_grounding_by_extraction": validation,
         "results": results,
         "training": training,
