@@ -404,7 +404,9 @@ def train_recipe(
             log(f"resuming after epoch {trainer.progress.epoch} (best score {trainer.progress.best_score})")
         with contextlib.ExitStack() as held:
             distributed.on_main(lambda: _claim(held, folder, trainer, resume, overwrite, setup.config, log))
-            return trainer.fit()
+            progress = trainer.fit()
+        distributed.barrier()  # every rank is done talking before any tears its connections down
+        return progress
     finally:
         distributed.stop()
 
