@@ -37,7 +37,8 @@ import torch
 
 from attnkit.checkpoint import load_checkpoint
 from attnkit.errors import UserError, run_cli
-from attnkit.run_folder import CHECKPOINTS, temporary_files
+from attnkit.files import temporary_files
+from attnkit.run_folder import CHECKPOINTS
 from machine import busy_cores, print_result
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,7 +119,7 @@ def epochs_saved(run: Path) -> int:
 
 def writing(run: Path, pid: int) -> list[str]:
     """The temporary checkpoint files process ``pid`` has open in ``run`` (see attnkit.files.atomic_path)."""
-    return [path.name for name in CHECKPOINTS for path in temporary_files(run, name) if f".{pid}.tmp" in path.name]
+    return [path.name for name in CHECKPOINTS for path in temporary_files(run / name, pid)]
 
 
 def check_checkpoints(run: Path) -> tuple[int, int]:

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from attnkit.captioning import Captioner
 from attnkit.checkpoint import load_checkpoint
-from attnkit.comparison import AttentionComparer, evaluate_scenes
+from attnkit.comparison import AttentionComparer, describe_scene_result, evaluate_scenes
 from attnkit.config import load_config
 from attnkit.data.scenes import generate_scenes, write_scene_dataset
 from attnkit.errors import UserError, run_cli
@@ -129,20 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             metrics.pop("distributions")
             metrics["evaluate_seconds"] = round(time.perf_counter() - began, 1)
             results[setup][split] = metrics
-            grounding = metrics["grounding"]
-            print(
-                f"{setup} decoder, {split}: caption BLEU-4 {metrics['captioning']['bleu4']} (exact {metrics['captioning']['exact_match']}%), "
-                f"translation BLEU {metrics['translation']['bleu']} (exact {metrics['translation']['exact_match']}%), "
-                f"pointing {grounding['pointing_hit_rate']}%, in-box mass {grounding['in_box_mass']}, AER {grounding['aer']} ({extraction}; "
-                + ", ".join(f"{name}: pointing {g['pointing_hit_rate']}%, AER {g['aer']}" for name, g in metrics["grounding_by_extraction"].items())
-                + ")"
-            )
-            for modality, erased in metrics["erasure"].items():
-                print(
-                    f"  erasure, {modality}: log p(word) lost {erased['peak_drop']} (peak removed), {erased['random_drop']} (a random position), "
-                    f"{erased['lowest_drop']} (the lowest); the word changes {100 * erased['peak_flip']:.1f}% / {100 * erased['random_flip']:.1f}% "
-                    f"/ {100 * erased['lowest_flip']:.1f}% of the time"
-                )
+            first, *erasure = describe_scene_result(metrics)
+            print("\n".join([f"{setup} decoder, {split}: {first}", *erasure]))
 
     joint = results["shared"]["test"]
     reached = {

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from attnkit.errors import UserError
+from attnkit.files import unreadable
 
 T = TypeVar("T")
 
@@ -67,16 +68,6 @@ def beam_for(args: argparse.Namespace, checkpoint_beam: int) -> int:
 # ---------------------------------------------------------------- inputs
 
 
-def _open_failure(what: str, error: OSError) -> UserError:
-    if isinstance(error, FileNotFoundError):
-        return UserError(f"{what}: file not found")
-    if isinstance(error, IsADirectoryError):
-        return UserError(f"{what}: is a folder, not a file")
-    if isinstance(error, PermissionError):
-        return UserError(f"{what}: permission denied (cannot read it)")
-    return UserError(f"{what}: cannot read it ({error.strerror or error})")
-
-
 @contextlib.contextmanager
 def _searchable(what: str) -> Iterator[None]:
     """``Path.exists()`` and friends raise PermissionError when a folder on the way cannot be searched."""
@@ -100,7 +91,7 @@ def _check_input_file(path: Path, what: str) -> None:
     try:
         open(path, "rb").close()
     except OSError as error:
-        raise _open_failure(what, error) from None
+        raise unreadable(what, error) from None
 
 
 def input_lines(path: str | Path, option: str) -> Iterator[str]:
@@ -118,7 +109,7 @@ def input_lines(path: str | Path, option: str) -> Iterator[str]:
     try:
         handle = open(path, "rb")
     except OSError as error:
-        raise _open_failure(what, error) from None
+        raise unreadable(what, error) from None
     return _decoded_lines(handle, what)
 
 

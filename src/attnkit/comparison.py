@@ -334,3 +334,22 @@ def evaluate_scenes(
             },
         },
     }
+
+
+def describe_scene_result(result: dict) -> list[str]:
+    """What :func:`evaluate_scenes` found, in a few lines: quality and grounding (under every extraction), then erasure."""
+    grounding, caption, translation = result["grounding"], result["captioning"], result["translation"]
+    lines = [
+        f"caption BLEU-4 {caption['bleu4']} (exact {caption['exact_match']}%), translation BLEU {translation['bleu']} "
+        f"(exact {translation['exact_match']}%), pointing {grounding['pointing_hit_rate']}%, in-box mass {grounding['in_box_mass']}, "
+        f"AER {grounding['aer']} (attention of the {result['extraction']} step; "
+        + ", ".join(f"{name}: pointing {g['pointing_hit_rate']}%, AER {g['aer']}" for name, g in result["grounding_by_extraction"].items())
+        + ")"
+    ]
+    for modality, erased in result["erasure"].items():
+        lines.append(
+            f"  erasure, {modality}: log p(word) lost {erased['peak_drop']} (peak removed), {erased['random_drop']} (a random position), "
+            f"{erased['lowest_drop']} (the lowest); the word changes {100 * erased['peak_flip']:.1f}% / {100 * erased['random_flip']:.1f}% "
+            f"/ {100 * erased['lowest_flip']:.1f}% of the time"
+        )
+    return lines

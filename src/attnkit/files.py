@@ -24,7 +24,7 @@ def atomic_path(path: str | Path, durable: bool = True) -> Iterator[Path]:
     ``durable=False`` skips the fsyncs, for files that are cheap to remake (a cache entry)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")  # keeps the suffix: savefig picks the format by it
+    temporary = _temporary_name(path, str(os.getpid()))
     try:
         yield temporary
         if durable:
@@ -34,6 +34,18 @@ def atomic_path(path: str | Path, durable: bool = True) -> Iterator[Path]:
             _fsync(path.parent)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def _temporary_name(path: Path, writer: str) -> Path:
+    """Where process ``writer`` writes ``path`` before the rename (keeps the suffix: savefig picks the format by it)."""
+    return path.with_name(f".{path.stem}.{writer}.tmp{path.suffix}")
+
+
+def temporary_files(path: str | Path, pid: int | None = None) -> list[Path]:
+    """Temporary files of atomic writes of ``path`` (by process ``pid`` only, when given): writes in progress,
+    or leftovers of writes a killed process never finished."""
+    path = Path(path)
+    return sorted(path.parent.glob(_temporary_name(path, "*" if pid is None else str(pid)).name))
 
 
 def _fsync(path: Path) -> None:
@@ -61,16 +73,23 @@ def file_digest(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def unreadable(what: str, error: OSError) -> UserError:
+    """The one-line error for a file that could not be opened for reading (``what`` names it)."""
+    if isinstance(error, FileNotFoundError):
+        return UserError(f"{what}: file not found")
+    if isinstance(error, IsADirectoryError):
+        return UserError(f"{what}: is a folder, not a file")
+    if isinstance(error, PermissionError):
+        return UserError(f"{what}: permission denied (cannot read it)")
+    return UserError(f"{what}: cannot read it ({error.strerror or error})")
+
+
 def read_text_file(path: str | Path) -> str:
     """A UTF-8 text file's contents; one clear UserError when it is missing, a folder, unreadable or not UTF-8."""
     path = Path(path)
     try:
         return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"file not found: {path}") from None
-    except IsADirectoryError:
-        raise UserError(f"{path} is a folder, not a file") from None
-    except PermissionError:
-        raise UserError(f"{path}: permission denied") from None
+    except OSError as error:
+        raise unreadable(str(path), error) from None
     except UnicodeDecodeError as error:
         raise UserError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start})") from None

@@ -18,7 +18,7 @@ import io
 import json
 from pathlib import Path
 
-from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer, Comparison, evaluate_scenes
+from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer, Comparison, describe_scene_result, evaluate_scenes
 from attnkit.data.scenes import generate_scenes
 from attnkit.errors import UserError
 from attnkit.files import write_text_atomic
@@ -195,14 +195,8 @@ def compare_scenes(
         result = evaluate_scenes(comparer, scenes, beam_size=beam, extraction=extraction)
         distributions[split] = result.pop("distributions")
         metrics[split] = result
-        grounding = result["grounding"]
-        log(
-            f"{split}: caption BLEU-4 {result['captioning']['bleu4']}, exact {result['captioning']['exact_match']}%; "
-            f"translation BLEU {result['translation']['bleu']}; pointing {grounding['pointing_hit_rate']}%, "
-            f"in-box mass {grounding['in_box_mass']}, AER {grounding['aer']} (attention of the {extraction} step; "
-            + ", ".join(f"{name}: pointing {g['pointing_hit_rate']}%, AER {g['aer']}" for name, g in result["grounding_by_extraction"].items())
-            + ")"
-        )
+        first, *erasure = describe_scene_result(result)
+        log("\n".join([f"{split}: {first}", *erasure]))
     out.mkdir(parents=True, exist_ok=True)
     metrics_json = write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     series = {

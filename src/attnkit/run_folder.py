@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from attnkit.errors import UserError
-from attnkit.files import write_text_atomic
+from attnkit.files import temporary_files, write_text_atomic
 
 try:
     import fcntl
@@ -29,12 +29,6 @@ except ImportError:  # pragma: no cover - not on POSIX: runs are not locked
 CHECKPOINTS = ("best.pt", "last.pt")
 RUN_FILES = (*CHECKPOINTS, "config.yaml", "log.jsonl")
 LOCK = ".attnkit.lock"
-
-
-def temporary_files(folder: Path, name: str) -> list[Path]:
-    """Leftovers of interrupted atomic writes of ``name`` (see attnkit.files.atomic_path)."""
-    stem, suffix = Path(name).stem, Path(name).suffix
-    return sorted(folder.glob(f".{stem}.*.tmp{suffix}"))
 
 
 class RunFolder:
@@ -112,7 +106,7 @@ class RunFolder:
     def _remove_temporaries(self) -> None:
         """Temporary files of writes that a killed process left behind (only the lock holder may remove them)."""
         for name in RUN_FILES:
-            for leftover in temporary_files(self.path, name):
+            for leftover in temporary_files(self.path / name):
                 leftover.unlink(missing_ok=True)
 
     def write_log(self, records: list[dict]) -> None:
