@@ -107,7 +107,7 @@ def cell_boxes(grid: tuple[int, int], image_size: tuple[int, int]) -> Tensor:
     return torch.stack([xs * cell_w, ys * cell_h, (xs + 1) * cell_w, (ys + 1) * cell_h], -1).reshape(-1, 4).float()
 
 
-def _overlap_share(cells: Tensor, box: Sequence[float]) -> Tensor:
+def overlap_share(cells: Tensor, box: Sequence[float]) -> Tensor:
     """Share of each cell's area inside ``box`` (L,)."""
     x0, y0, x1, y1 = (float(v) for v in box)
     width = (cells[:, 2].clamp(max=x1) - cells[:, 0].clamp(min=x0)).clamp(min=0)
@@ -150,7 +150,7 @@ def image_grounding(
     for step, referent in enumerate(referents):
         if referent is None or step >= attention.shape[0]:
             continue
-        share = _overlap_share(cells, boxes[referent])  # (L,)
+        share = overlap_share(cells, boxes[referent])  # (L,)
         weights = attention[step].float()  # (L,)
         words += 1
         hits += bool(share[int(weights.argmax())] > 0)

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights
 from attnkit.config import ExperimentConfig, SearchConfig, from_dict
-from attnkit.data.batching import Batch, pad_sequences
+from attnkit.data.batching import Batch, batch_gold, pad_sequences
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
 from attnkit.data.features import FeatureCache, encoder_identity
 from attnkit.data.images import ImageError, image_tensor, load_image
@@ -35,6 +35,7 @@ from attnkit.interfaces import EncoderOutput, GridFeatures, Pixels
 from attnkit.metrics import caption_scores
 from attnkit.model import MULTITASK, EncoderDecoder, Seq2SeqObjective, build_captioning_model, build_model, describe_parameters
 from attnkit.search import search
+from attnkit.supervision import CaptionGold, caption_gold, describe_gold, require_gold, scene_ground_truth
 from attnkit.distributed import resolve_device
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
 from attnkit.vocab import Tokenizer, Vocabulary
@@ -69,8 +70,11 @@ class CaptionPipeline:
 class CaptionDataset(torch.utils.data.Dataset):
     """One example per (image, caption); the image is a row of ``sources`` (cached features) or a file loaded on demand."""
 
-    def __init__(self, image_ids: list[int], caption_ids: list[list[int]], sources: Tensor | None, paths: list[Path], size: int, normalization):
+    def __init__(
+        self, image_ids: list[int], caption_ids: list[list[int]], sources: Tensor | None, paths: list[Path], size: int, normalization, gold: list | None = None
+    ):
         self.image_ids, self.caption_ids = image_ids, caption_ids
+        self.gold = gold  # per caption, its gold attention (attention supervision), else None
         self.sources, self.paths, self.size, self.normalization = sources, paths, size, normalization
 
     def __len__(self) -> int:
@@ -86,11 +90,13 @@ class CaptionDataset(torch.utils.data.Dataset):
         return [(len(ids), 0) for ids in self.caption_ids]
 
 
-def collate_captions(examples, cached: bool) -> Batch:
+def collate_captions(examples, cached: bool, gold: Sequence | None = None) -> Batch:
+    """``gold``: the dataset's gold attention per caption (attention supervision), else None."""
     index, sources, captions = zip(*examples)
     stacked = torch.stack(sources)
     source = GridFeatures(stacked.float()) if cached else Pixels(stacked)  # (B, C, g, g) | (B, 3, H, W)
-    return Batch(source, pad_sequences(captions).ids, torch.tensor(index))
+    attention_gold = None if gold is None else batch_gold([gold[i] for i in index])
+    return Batch(source, pad_sequences(captions).ids, torch.tensor(index), attention_gold)
 
 
 @dataclass(frozen=True)
@@ -208,16 +214,20 @@ def _feature_cache(encoder: ImageEncoder, root: str | Path) -> FeatureCache | No
     return FeatureCache(root, identity)
 
 
-def _examples(items: Sequence[CaptionedImage], root: Path, pipeline: CaptionPipeline, max_length: int) -> tuple[list[Path], list[int], list[list[int]]]:
+def _examples(
+    items: Sequence[CaptionedImage], root: Path, pipeline: CaptionPipeline, max_length: int, gold_of: CaptionGold | None = None
+) -> tuple[list[Path], list[int], list[list[int]], list | None]:
+    """Image paths, and per usable caption its image's number, its ids and (with ``gold_of``) its gold attention."""
     paths = [root / item.image for item in items]
-    image_ids, caption_ids = [], []
+    image_ids, caption_ids, gold = [], [], []
     for image, item in enumerate(items):
         for caption in item.captions:
             words = pipeline.tokenizer.tokenize(caption)
             if 0 < len(words) <= max_length:
                 image_ids.append(image)
                 caption_ids.append(pipeline.vocab.encode(words, add_bos=True, add_eos=True))
-    return paths, image_ids, caption_ids
+                gold.append(gold_of(item.image, words) if gold_of is not None else None)
+    return paths, image_ids, caption_ids, gold if gold_of is not None else None
 
 
 def record_weights(config: ExperimentConfig, encoder: ImageEncoder) -> ExperimentConfig:
@@ -233,9 +243,11 @@ def caption_training_set(
     """The training captions as a dataset (with the frozen encoder's features cached when the config says so),
     its collate function and the cache (None without one). Under ``torchrun`` rank 0 computes the missing
     features; the other ranks wait and read them."""
-    paths, image_ids, caption_ids = _examples(items, root, pipeline, config.data.max_target_length)
+    paths, image_ids, caption_ids, gold = _examples(items, root, pipeline, config.data.max_target_length, _caption_gold_of(config))
     if not caption_ids:
         raise UserError(f"{config.data.path}: no usable training captions")
+    if gold is not None:
+        require_gold(gold, f"training captions of {config.data.path}", "they must be the scene folder's own captions, tokenised into its words: data.tokenizer.kind=space")
     cache = _feature_cache(encoder, config.data.feature_cache) if config.data.feature_cache else None
     sources = None
     if cache is not None:
@@ -244,8 +256,18 @@ def caption_training_set(
         with context.distributed.main_first():
             sources = cache.get(paths, partial(_grid_on, encoder.to(device), device))
         log(f"feature cache: {cache.stats.hits} hits, {cache.stats.misses} computed")
-    dataset = CaptionDataset(image_ids, caption_ids, sources, paths, config.image_encoder.image_size, encoder.normalization)
-    return dataset, partial(collate_captions, cached=sources is not None), cache
+    dataset = CaptionDataset(image_ids, caption_ids, sources, paths, config.image_encoder.image_size, encoder.normalization, gold)
+    return dataset, partial(collate_captions, cached=sources is not None, gold=gold), cache
+
+
+def _caption_gold_of(config: ExperimentConfig) -> CaptionGold | None:
+    """With ``train.attention_supervision``, each scene caption's gold attention over the encoder's fixed grid."""
+    if config.train.attention_supervision <= 0:
+        return None
+    grid = config.image_encoder.grid_size
+    if not grid:
+        raise UserError("train.attention_supervision on images needs a fixed image_encoder.grid_size (the gold cells are cells of that grid)")
+    return caption_gold(scene_ground_truth(config.data.path), (grid, grid))
 
 
 def caption_validation(
@@ -289,6 +311,7 @@ def prepare_captioning(config: ExperimentConfig, resume: Checkpoint | None, cont
 
     notes = [
         f"captioning: {len(dataset.paths)} training images, {len(dataset)} captions, {len(valid_items)} validation images; vocabulary {len(pipeline.vocab)}",
+        *describe_gold(dataset.gold, "training captions"),
         describe_parameters(model),
     ]
     objective = Seq2SeqObjective.from_config(config.train, pipeline.vocab.pad_index)

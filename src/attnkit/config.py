@@ -182,6 +182,7 @@ class TrainConfig(_Checked):
     clip_norm: float = checked(1.0, at_least(0))  # gradient norm clipping (0: off)
     label_smoothing: float = checked(0.0, BELOW_ONE)
     attention_regularization: float = checked(0.0, at_least(0))  # lambda of the doubly stochastic term sum_l (1 - sum_t alpha_tl)^2
+    attention_supervision: float = checked(0.0, at_least(0))  # weight of KL(gold || attention) per word with gold positions (scene data only; 0: off)
     teacher_forcing: float = checked(1.0, PROBABILITY)  # probability of feeding the gold previous word (below 1: scheduled sampling)
     lr_patience: int = checked(1, at_least(0))  # validations without improvement before the LR is multiplied by lr_factor
     lr_factor: float = checked(0.5, between(0, 1, low_open=True, high_open=True))

@@ -18,6 +18,7 @@ from attnkit.encoders.image import ImageEncoder
 from attnkit.encoders.text import TextEncoder
 from attnkit.errors import UserError
 from attnkit.interfaces import Encoder, EncoderOutput, Source
+from attnkit.supervision import supervision_loss
 from attnkit.vocab import Vocabulary
 
 MULTITASK = "multitask"  # the task name of a joint model; it captions and translates
@@ -138,17 +139,19 @@ class LossOutput:
 
 @dataclass(frozen=True)
 class Seq2SeqObjective:
-    """Cross-entropy with optional label smoothing, the doubly stochastic attention term and scheduled sampling."""
+    """Cross-entropy with optional label smoothing, the doubly stochastic attention term, attention
+    supervision and scheduled sampling."""
 
     label_smoothing: float = 0.0
     attention_regularization: float = 0.0  # lambda in lambda * sum_l (1 - sum_t alpha_tl)^2 (Xu et al. 2015)
     teacher_forcing: float = 1.0
     pad_index: int = Vocabulary.pad_index
     bos_index: int = Vocabulary.bos_index  # with pad_index, never a target: label smoothing gives it no mass
+    attention_supervision: float = 0.0  # weight of KL(gold || attention) on the batches' gold attention (attnkit.supervision)
 
     @classmethod
     def from_config(cls, train: TrainConfig, pad_index: int, bos_index: int = Vocabulary.bos_index) -> "Seq2SeqObjective":
-        return cls(train.label_smoothing, train.attention_regularization, train.teacher_forcing, pad_index, bos_index)
+        return cls(train.label_smoothing, train.attention_regularization, train.teacher_forcing, pad_index, bos_index, train.attention_supervision)
 
     def __call__(self, model: nn.Module, batch: Batch) -> LossOutput:
         output: DecoderOutput = model(batch, teacher_forcing=self.teacher_forcing)
@@ -169,6 +172,9 @@ class Seq2SeqObjective:
         penalty_sum = token_loss.new_zeros(())
         if self.attention_regularization > 0:
             penalty_sum = self.attention_regularization * doubly_stochastic_penalty(output, is_token).sum()
+        if self.attention_supervision > 0 and batch.attention_gold is not None:
+            gold = batch.attention_gold.dense(output.attention)  # (B, T, L)
+            penalty_sum = penalty_sum + self.attention_supervision * supervision_loss(output.attention, gold).sum()
         examples = torch.tensor(gold.shape[0], device=gold.device)
         return LossOutput((token_loss * is_token).sum(), tokens, penalty_sum, examples, (nll.detach() * is_token).sum())
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -33,7 +34,8 @@ from attnkit.data.text import collate_pairs, read_parallel, resolve_languages
 from attnkit.errors import UserError
 from attnkit.model import MULTITASK, Seq2SeqObjective, build_multitask_model, describe_parameters
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
-from attnkit.translation import TextPipeline, translation_validation
+from attnkit.supervision import describe_gold
+from attnkit.translation import TextPipeline, translation_training_set, translation_validation
 
 TASK = MULTITASK
 
@@ -96,7 +98,7 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
     image_encoder = model.encoder_for("image")
     config = record_weights(config, image_encoder)
     caption_set, collate_captions, cache = caption_training_set(config, image_encoder, captions, train_items, root, context)
-    text_set = text.encode_pairs(train_pairs, config.data.max_source_length, config.data.max_target_length)
+    text_set = translation_training_set(config, text, train_pairs, config.data.text_path)
     mix = TaskMixDataset({"image": caption_set, "text": text_set})
     share = config.train.caption_share
     seed = config.train.seed
@@ -114,6 +116,8 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
     notes = [
         f"multitask: {len(caption_set)} captions of {len(caption_set.paths)} images and {len(text_set)} {source_lang}->{target_lang} pairs; "
         f"{share:.0%} of the batches caption; vocabulary {len(text.source_vocab)} / {len(text.target_vocab)} (shared by both tasks)",
+        *describe_gold(caption_set.gold, "training captions"),
+        *describe_gold(text_set.gold, "training pairs"),
         describe_parameters(model),
     ]
     return TaskSetup(
@@ -121,7 +125,7 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
         model,
         Seq2SeqObjective.from_config(config.train, text.target_vocab.pad_index),
         mix,
-        collate_task_mix({"image": collate_captions, "text": collate_pairs}),
+        collate_task_mix({"image": collate_captions, "text": partial(collate_pairs, gold=text_set.gold)}),
         validate,
         text.vocabularies,
         parameter_groups(model, image_encoder, config),

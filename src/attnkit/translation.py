@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -27,6 +28,7 @@ from attnkit.interfaces import EncoderOutput
 from attnkit.metrics import translation_scores
 from attnkit.model import MULTITASK, EncoderDecoder, Seq2SeqObjective, build_model, build_translation_model, describe_parameters
 from attnkit.search import search
+from attnkit.supervision import TranslationGold, describe_gold, require_gold, scene_ground_truth, translation_gold
 from attnkit.distributed import resolve_device
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
 from attnkit.vocab import Tokenizer, Vocabulary
@@ -85,16 +87,18 @@ class TextPipeline:
     def vocabularies(self) -> dict[str, list[str]]:
         return {"source": self.source_vocab.to_list(), "target": self.target_vocab.to_list()}
 
-    def encode_pairs(self, pairs: list[tuple[str, str]], max_source: int, max_target: int) -> ParallelTextDataset:
-        """Training pairs as ids; pairs with an empty side or over the length limits are skipped."""
-        sources, targets = [], []
+    def encode_pairs(self, pairs: list[tuple[str, str]], max_source: int, max_target: int, gold_of: TranslationGold | None = None) -> ParallelTextDataset:
+        """Training pairs as ids; pairs with an empty side or over the length limits are skipped.
+        ``gold_of`` gives a pair's gold attention from its words (attention supervision)."""
+        sources, targets, gold = [], [], []
         for source, target in pairs:
             source_words = self.source_tokenizer.tokenize(source)
             target_words = self.target_tokenizer.tokenize(target)
             if 0 < len(source_words) <= max_source and 0 < len(target_words) <= max_target:
                 sources.append(self.source_vocab.encode(source_words))
                 targets.append(self.target_vocab.encode(target_words, add_bos=True, add_eos=True))
-        return ParallelTextDataset(sources, targets)
+                gold.append(gold_of(source_words, target_words) if gold_of is not None else None)
+        return ParallelTextDataset(sources, targets, gold if gold_of is not None else None)
 
 
 @dataclass(frozen=True)
@@ -213,6 +217,16 @@ def translation_validation(model: nn.Module, pipeline: TextPipeline, config: Exp
     return {"bleu": metrics["bleu"], "chrf": metrics["chrf"]}
 
 
+def translation_training_set(config: ExperimentConfig, pipeline: TextPipeline, pairs: list[tuple[str, str]], folder: str) -> ParallelTextDataset:
+    """The training pairs as ids, with each pair's gold attention when ``train.attention_supervision`` asks for it
+    (read from the scene folder that holds the dataset ``folder``)."""
+    gold_of = translation_gold(scene_ground_truth(folder)) if config.train.attention_supervision > 0 else None
+    dataset = pipeline.encode_pairs(pairs, config.data.max_source_length, config.data.max_target_length, gold_of)
+    if gold_of is not None:
+        require_gold(dataset.gold, f"training pairs of {folder}", "they must be the scene folder's own text, tokenised into its words: data.tokenizer.kind=space")
+    return dataset
+
+
 def prepare_translation(config: ExperimentConfig, resume: Checkpoint | None, context: RunContext) -> TaskSetup:
     """The translation task's data, model and validation (the vocabularies from ``resume`` when continuing)."""
     source_lang, target_lang = resolve_languages(config.data.path, config.data.source_lang, config.data.target_lang)
@@ -220,7 +234,7 @@ def prepare_translation(config: ExperimentConfig, resume: Checkpoint | None, con
     train_pairs = read_parallel(config.data.path, "train", source_lang, target_lang)
     valid_pairs = validation_subset(read_parallel(config.data.path, "valid", source_lang, target_lang), config.train)
     pipeline = TextPipeline.from_checkpoint(resume) if resume is not None else TextPipeline.build(config, train_pairs, source_lang, target_lang)
-    dataset = pipeline.encode_pairs(train_pairs, config.data.max_source_length, config.data.max_target_length)
+    dataset = translation_training_set(config, pipeline, train_pairs, config.data.path)
     model = build_translation_model(config, pipeline.source_vocab, pipeline.target_vocab)
 
     def validate(trained: nn.Module) -> dict:
@@ -230,10 +244,12 @@ def prepare_translation(config: ExperimentConfig, resume: Checkpoint | None, con
     notes = [
         f"{source_lang}->{target_lang}: {len(dataset)} training pairs (of {len(train_pairs)}), {len(valid_pairs)} validation; "
         f"vocabulary {len(pipeline.source_vocab)} / {len(pipeline.target_vocab)}",
+        *describe_gold(dataset.gold, "training pairs"),
         describe_parameters(model),
     ]
     objective = Seq2SeqObjective.from_config(config.train, pipeline.target_vocab.pad_index)
-    return TaskSetup(config, model, objective, dataset, collate_pairs, validate, pipeline.vocabularies, validation_examples=len(valid_pairs), notes=notes)
+    collate = partial(collate_pairs, gold=dataset.gold)
+    return TaskSetup(config, model, objective, dataset, collate, validate, pipeline.vocabularies, validation_examples=len(valid_pairs), notes=notes)
 
 
 def train_translation(

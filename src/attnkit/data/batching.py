@@ -26,22 +26,63 @@ def pad_sequences(sequences: Sequence[Sequence[int]], pad_index: int = 0) -> Pad
 
 
 @dataclass(frozen=True)
+class GoldAttention:
+    """Where a batch's attention should go (attention supervision), sparse: ``weights[k]`` at
+    (row, step, memory position) ``indices[k]``; every other (row, step) has no gold."""
+
+    indices: Tensor  # (N, 3) long
+    weights: Tensor  # (N,)
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "GoldAttention":
+        return GoldAttention(self.indices.to(device, non_blocking=non_blocking), self.weights.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "GoldAttention":
+        return GoldAttention(self.indices.pin_memory(), self.weights.pin_memory())
+
+    def dense(self, like: Tensor) -> Tensor:
+        """As a tensor shaped like the attention ``like`` (B, T, L): a distribution per step with gold, zeros elsewhere."""
+        gold = torch.zeros(like.shape, dtype=torch.float, device=like.device)
+        return gold.index_put_(tuple(self.indices.T), self.weights.to(like.device))
+
+
+# One training example's gold attention: (target word position, memory position, weight); the
+# weights of a word sum to 1. Word position t is the word the decoder's step t emits.
+ExampleGold = tuple[tuple[int, int, float], ...]
+
+
+def batch_gold(golds: Sequence[ExampleGold | None]) -> GoldAttention | None:
+    """The sparse gold attention of a batch of examples (None when none of them has any)."""
+    entries = [(row, step, position, weight) for row, gold in enumerate(golds) for step, position, weight in gold or ()]
+    if not entries:
+        return None
+    rows, steps, positions, weights = zip(*entries)
+    return GoldAttention(torch.tensor([rows, steps, positions], dtype=torch.long).T.contiguous(), torch.tensor(weights, dtype=torch.float))  # (N, 3), (N,)
+
+
+@dataclass(frozen=True)
 class Batch:
     """One training or evaluation batch; ``source`` is whatever the encoder takes."""
 
     source: Source  # PaddedTokens for text, Pixels or GridFeatures for images
     target: Tensor | None  # (B, T) <bos> w1 ... <eos> <pad>..., or None when decoding without references
     index: Tensor  # (B,) positions of the examples in their dataset
+    attention_gold: GoldAttention | None = None  # training with attention supervision only
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
         return Batch(
             self.source.to(device, non_blocking=non_blocking),
             None if self.target is None else self.target.to(device, non_blocking=non_blocking),
             self.index,
+            None if self.attention_gold is None else self.attention_gold.to(device, non_blocking=non_blocking),
         )
 
     def pin_memory(self) -> "Batch":
-        return Batch(self.source.pin_memory(), None if self.target is None else self.target.pin_memory(), self.index)
+        return Batch(
+            self.source.pin_memory(),
+            None if self.target is None else self.target.pin_memory(),
+            self.index,
+            None if self.attention_gold is None else self.attention_gold.pin_memory(),
+        )
 
 
 class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):

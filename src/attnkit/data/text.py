@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from attnkit.data.batching import Batch, pad_sequences
+from attnkit.data.batching import Batch, batch_gold, pad_sequences
 from attnkit.data.folder import read_dataset_info, write_dataset_info
 from attnkit.errors import UserError
 from attnkit.files import read_text_file, write_text_atomic
@@ -84,12 +84,14 @@ def read_lines(path: str | Path) -> list[str]:
 
 
 class ParallelTextDataset(torch.utils.data.Dataset):
-    """Encoded pairs: source ids (no specials) and target ids (<bos> ... <eos>)."""
+    """Encoded pairs: source ids (no specials) and target ids (<bos> ... <eos>), and, for attention
+    supervision, each pair's gold attention (see :mod:`attnkit.supervision`)."""
 
-    def __init__(self, source_ids: Sequence[Sequence[int]], target_ids: Sequence[Sequence[int]]):
-        assert len(source_ids) == len(target_ids)
+    def __init__(self, source_ids: Sequence[Sequence[int]], target_ids: Sequence[Sequence[int]], gold: Sequence | None = None):
+        assert len(source_ids) == len(target_ids) and (gold is None or len(gold) == len(source_ids))
         self.source_ids = list(source_ids)
         self.target_ids = list(target_ids)
+        self.gold = None if gold is None else list(gold)
 
     def __len__(self) -> int:
         return len(self.source_ids)
@@ -107,6 +109,8 @@ class ParallelTextDataset(torch.utils.data.Dataset):
         return [(len(t), len(s)) for s, t in zip(self.source_ids, self.target_ids)]
 
 
-def collate_pairs(examples: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> Batch:
+def collate_pairs(examples: Sequence[tuple[int, Sequence[int], Sequence[int]]], gold: Sequence | None = None) -> Batch:
+    """``gold``: the dataset's gold attention per example (attention supervision), else None."""
     index, sources, targets = zip(*examples)
-    return Batch(pad_sequences(sources), pad_sequences(targets).ids, torch.tensor(index))  # (B, S), (B, T)
+    attention_gold = None if gold is None else batch_gold([gold[i] for i in index])
+    return Batch(pad_sequences(sources), pad_sequences(targets).ids, torch.tensor(index), attention_gold)  # (B, S), (B, T)
