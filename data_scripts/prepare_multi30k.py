@@ -11,6 +11,8 @@ Usage::
 
     python data_scripts/prepare_multi30k.py --source de --target en
     python data_scripts/prepare_multi30k.py --source en --target fr --data /data --out data/multi30k-en-fr
+    python data_scripts/prepare_multi30k.py --source de --target en --out data/multi30k-de-en-study \
+        --exclude-photos ../shared/data/flickr8k/Flickr_8k.testImages.txt
 
 Options:
 
@@ -19,6 +21,11 @@ Options:
                     beside the project).
 --out DIR           output folder (default ``data/multi30k-SRC-TGT`` in the project, which git ignores:
                     Multi30k is not redistributed with attnkit).
+--exclude-photos F  leave out of ``train`` and ``valid`` every pair whose photo is named in F (image file
+                    names one a line, Flickr8k or Flickr30k naming), e.g. the Flickr8k test list, so that
+                    a joint model sees none of those photos' sentences in training (``bench/real_attention.py``
+                    studies them). ``test`` stays whole: its BLEU stays comparable. The counts left out go
+                    into ``dataset.json``.
 
 Terms: Multi30k has no licence file; its README provides the data for non-commercial research and
 educational purposes (images under Flickr's terms). Cite Elliott et al. 2016 and, for French,
@@ -28,27 +35,23 @@ Elliott et al. 2017; ``dataset.json`` records this.
 from __future__ import annotations
 
 import argparse
-import gzip
 import shlex
 import sys
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 try:
-    from attnkit.data.sources import clean, default_data_root
+    from attnkit.data.multi30k import LANGUAGES, RAW_DIR, SPLITS, read_photo_list, read_split, split_photos
+    from attnkit.data.sources import default_data_root
     from attnkit.data.text import write_parallel_dataset
     from attnkit.errors import UserError, run_cli
 except ImportError:  # run from a checkout where attnkit is not installed
     sys.path.insert(0, str(PROJECT_ROOT / "src"))
-    from attnkit.data.sources import clean, default_data_root
+    from attnkit.data.multi30k import LANGUAGES, RAW_DIR, SPLITS, read_photo_list, read_split, split_photos
+    from attnkit.data.sources import default_data_root
     from attnkit.data.text import write_parallel_dataset
     from attnkit.errors import UserError, run_cli
-
-LANGUAGES = ("en", "de", "fr")
-SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}  # our name -> Multi30k file stem
-RAW_DIR = Path("multi30k") / "task1" / "raw"
 
 SOURCE = "Multi30k task 1 raw files (https://github.com/multi30k/dataset, data/task1/raw)"
 LICENSE = (
@@ -60,35 +63,7 @@ CITATION = (
     "Elliott, Frank, Barrault, Bougares, Specia (2017): Findings of the Second Shared Task on "
     "Multimodal Machine Translation and Multilingual Image Description (French data)"
 )
-
-
-def read_gzip_lines(path: Path) -> list[str]:
-    """Lines of a gzip'd UTF-8 file, split on '\\n' only (so line i stays line i), cleaned."""
-    if not path.is_file():
-        raise UserError(f"Multi30k file not found: {path}")
-    try:
-        with gzip.open(path, "rb") as handle:
-            text = handle.read().decode("utf-8")
-    except (OSError, EOFError, zlib.error) as error:  # gzip.BadGzipFile is an OSError
-        raise UserError(f"cannot read {path}: {error}") from None
-    except UnicodeDecodeError as error:
-        raise UserError(f"{path} is not UTF-8 text ({error})") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [clean(line.rstrip("\r")) for line in lines]
-
-
-def read_split(raw_dir: Path, stem: str, source: str, target: str) -> list[tuple[str, str]]:
-    sides = [read_gzip_lines(raw_dir / f"{stem}.{lang}.gz") for lang in (source, target)]
-    if len(sides[0]) != len(sides[1]):
-        raise UserError(
-            f"{raw_dir}: {stem}.{source}.gz has {len(sides[0])} lines but {stem}.{target}.gz has {len(sides[1])}"
-        )
-    for number, (src, tgt) in enumerate(zip(*sides), 1):
-        if not src or not tgt:
-            raise UserError(f"{raw_dir}: line {number} of {stem}.{source if not src else target}.gz is empty")
-    return list(zip(*sides))
+EXCLUDED_SPLITS = ("train", "valid")  # --exclude-photos: what a model learns or is chosen on
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -99,6 +74,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--target", required=True, help="target language: en, de or fr")
     parser.add_argument("--data", type=Path, default=None, help="data root holding multi30k/ (default $ATTNKIT_DATA, else ../shared/data)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default data/multi30k-SRC-TGT in the project)")
+    parser.add_argument("--exclude-photos", type=Path, default=None, metavar="LIST", help="leave the pairs of these photos out of train and valid")
     return parser
 
 
@@ -119,7 +95,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder")
 
-    splits = {name: read_split(raw_dir, stem, args.source, args.target) for name, stem in SPLITS.items()}
+    splits = {name: read_split(root, stem, (args.source, args.target)) for name, stem in SPLITS.items()}
+    excluded = {}
+    if args.exclude_photos is not None:
+        left_out = read_photo_list(args.exclude_photos)
+        for name in EXCLUDED_SPLITS:
+            photos = split_photos(root, SPLITS[name])
+            if len(photos) != len(splits[name]):
+                raise UserError(f"the image list of {SPLITS[name]} names {len(photos)} photos for {len(splits[name])} sentences")
+            kept = [pair for pair, photo in zip(splits[name], photos) if photo not in left_out]
+            excluded[name] = len(splits[name]) - len(kept)
+            splits[name] = kept
     command = ["python", "data_scripts/prepare_multi30k.py", *(sys.argv[1:] if argv is None else argv)]
     info = {
         "name": f"multi30k-{args.source}-{args.target}",
@@ -131,9 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "options": {"source": args.source, "target": args.target},
         "preprocessing": "none: raw sentences, whitespace-stripped; line i of both languages kept as a pair",
     }
+    if args.exclude_photos is not None:
+        info["excluded_photos"] = {"list": str(args.exclude_photos), "pairs_left_out": excluded}
     write_parallel_dataset(out, (args.source, args.target), splits, info=info)
     counts = ", ".join(f"{name} {len(pairs):,}" for name, pairs in splits.items())
-    print(f"wrote {out}: {counts} pairs ({args.source}->{args.target})")
+    left_out = "".join(f"; left out {excluded[name]:,} {name} pairs of the listed photos" for name in excluded)
+    print(f"wrote {out}: {counts} pairs ({args.source}->{args.target}){left_out}")
     return 0
 
 

@@ -218,7 +218,26 @@ def make_multi30k(root: Path, drop: str = "", extra_line: str = "") -> Path:
             lines = [triple[column] for triple in triples] + ([extra_line] if name == "train.de.gz" and extra_line else [])
             with gzip.open(raw / name, "wt", encoding="utf-8") as handle:
                 handle.write("".join(line + "\n" for line in lines))
+    photos = root / "multi30k" / "task1" / "image_splits"
+    photos.mkdir()
+    for number, (stem, triples) in enumerate(FAKE_MULTI30K.items()):
+        (photos / f"{stem}.txt").write_text("".join(f"{1000 * number + line}.jpg\n" for line in range(len(triples))))
     return root
+
+
+def test_prepare_multi30k_leaves_out_the_listed_photos_from_train_and_valid_only(tmp_path, capsys):
+    root = make_multi30k(tmp_path / "data")
+    listed = tmp_path / "study.txt"  # Flickr8k names: the photo id before "_"
+    listed.write_text("1_0a1b2c.jpg\n1000_ffee.jpg\n2000_77.jpg\n\n")
+    out = tmp_path / "de-en"
+    assert multi30k.main(["--source", "de", "--target", "en", "--data", str(root), "--out", str(out), "--exclude-photos", str(listed)]) == 0
+    assert "left out 1 train pairs" in capsys.readouterr().out
+    assert read_parallel(out, "train", "de", "en") == [("Ein Hund rennt.", "A dog runs.")]
+    assert read_parallel(out, "valid", "de", "en") == [] and len(read_parallel(out, "test", "de", "en")) == 2
+    assert read_dataset_info(out)["excluded_photos"]["pairs_left_out"] == {"train": 1, "valid": 1}
+    listed.write_text("not-a-photo.png\n")
+    with pytest.raises(UserError, match="not a Flickr image file name"):
+        multi30k.main(["--source", "de", "--target", "en", "--data", str(root), "--out", str(tmp_path / "bad"), "--exclude-photos", str(listed)])
 
 
 def test_prepare_multi30k_fake_tree(tmp_path, capsys):

@@ -134,6 +134,9 @@ def test_joint_training_then_caption_translate_evaluate_and_compare(scenes, tmp_
     assert all("reading" in word for word in statistics["per_word"][:-1]) and set(statistics["reading"]) == {"image", "text"}
     assert all(set(word["erasure"]) == {"image", "text"} for word in statistics["per_word"]) and statistics["erasure"]["text"]["steps"] >= 1
     assert (out / "comparison.png").stat().st_size > 0 and "<script" in (out / "report.html").read_text()
+    unknown = ["--checkpoint", checkpoint, "--image", str(image), "--source", "un grand cercle rouge", "--target", "zebra giraffe", "--out", str(tmp_path / "unknown")]
+    with pytest.raises(UserError, match="every word of the target sentence 'zebra giraffe' is unknown to the captioner"):
+        compare.main(unknown)
 
     scenes_out = tmp_path / "compare-scenes"
     assert compare.main(["--checkpoint", checkpoint, "--scenes", "4", "--out", str(scenes_out)]) == 0

@@ -139,6 +139,9 @@ class AttentionComparer:
                     f"the two models split the target sentence differently ({' '.join(as_caption)!r} vs {' '.join(as_translation)!r}); "
                     "give a target sentence both read the same way"
                 )
+            for vocab, model in ((caption_side.vocab, "captioner"), (text_side.target_vocab, "translator")):
+                if all(word not in vocab for word in as_caption):
+                    raise UserError(f"every word of the target sentence {target!r} is unknown to the {model}: there is nothing to compare")
             words.append(as_caption)
         caption_ids = pad_sequences([caption_side.vocab.encode(w, add_bos=True, add_eos=True) for w in words]).ids
         text_ids = pad_sequences([text_side.target_vocab.encode(w, add_bos=True, add_eos=True) for w in words]).ids
@@ -187,6 +190,65 @@ class AttentionComparer:
 def _one(encoded: EncoderOutput, i: int) -> EncoderOutput:
     """Example ``i`` of a batch's encoder output (its layout is only for plots and is kept whole)."""
     return EncoderOutput(encoded.memory[i : i + 1], encoded.mask[i : i + 1], encoded.init_state[i : i + 1], encoded.layout)
+
+
+# -- statistics of many comparisons, by groups of words ---------------------------------------------------------
+MODALITIES = ("image", "text")
+
+
+def add_erasure_by_group(into: dict[str, dict[str, list[Erasure]]], comparison: Comparison, groups: Sequence[str | None]) -> None:
+    """Add one comparison's erasure of its words to ``into`` (modality -> group -> parts); ``groups[t]`` is word t's
+    group, None leaves the word out (<eos> is never in a group)."""
+    for modality, found in (("image", comparison.image_erasure), ("text", comparison.text_erasure)):
+        for group in set(groups) - {None}:
+            into[modality][group].append(found.steps(torch.tensor([g == group for g in groups] + [False])))  # the words of one group
+
+
+def summarise_erasure_by_group(erased: dict[str, dict[str, list[Erasure]]], key: str = "by_group") -> dict:
+    """Per modality, the erasure means over every grouped word and (under ``key``) per group."""
+    return {
+        modality: {
+            **erasure_means([part for parts in by_group.values() for part in parts]),
+            key: {group: erasure_means(parts) for group, parts in sorted(by_group.items())},
+        }
+        for modality, by_group in erased.items()
+    }
+
+
+def attention_by_group(comparisons: Sequence[Comparison], groups: Sequence[Sequence[str | None]], extraction: str = EMITTING) -> dict:
+    """Per modality, the mean entropy, normalised entropy, peak weight and effective positions of the grouped words'
+    attention (all of them, and ``by_group``), and the coverage of each sentence's attention over its memory
+    (the largest column sum and the spread of the column sums, over every step) averaged over the sentences.
+    ``groups[i][t]``: the group of word t of comparison i (None leaves the word out)."""
+    names = ("entropy", "normalised_entropy", "peak", "effective_positions")
+    values = {modality: defaultdict(lambda: defaultdict(list)) for modality in MODALITIES}  # modality -> group -> statistic -> per word
+    covered = {modality: defaultdict(list) for modality in MODALITIES}
+    for comparison, word_groups in zip(comparisons, groups):
+        for modality, rows, whole in zip(MODALITIES, comparison.word_attention(extraction), (comparison.image_attention, comparison.text_attention)):
+            summary = summarise(rows)
+            for t, group in enumerate(word_groups):
+                if group is not None:
+                    for name in names:
+                        values[modality][group][name].append(getattr(summary, name)[t])
+            whole_summary = summarise(whole).mean()
+            for name in ("coverage_max", "coverage_std"):
+                covered[modality][name].append(whole_summary[name])
+
+    def means(by_name: dict[str, list[float]]) -> dict:
+        return {"words": len(by_name["peak"]), **{name: round(sum(v) / len(v), 4) if v else float("nan") for name, v in by_name.items()}}
+
+    result = {}
+    for modality in MODALITIES:
+        everything = defaultdict(list)
+        for by_name in values[modality].values():
+            for name, v in by_name.items():
+                everything[name] += v
+        result[modality] = {
+            **means(everything),
+            **{name: round(sum(v) / len(v), 4) for name, v in covered[modality].items() if v},
+            "by_group": {group: means(by_name) for group, by_name in sorted(values[modality].items())},
+        }
+    return result
 
 
 # -- generated scenes: quality and grounding against the ground truth -------------------------------------------
@@ -289,17 +351,14 @@ def evaluate_scenes(
     exact_translations = sum(t.words == target_tokenize(ref) for t, (_, ref) in zip(translations, pairs))
 
     pooled = {name: _SceneGrounding() for name in EXTRACTIONS}
-    erased: dict[str, dict[str, list[Erasure]]] = {modality: defaultdict(list) for modality in ("image", "text")}  # by word kind
+    erased: dict[str, dict[str, list[Erasure]]] = {modality: defaultdict(list) for modality in MODALITIES}  # by word kind
     for start in range(0, len(scenes), batch_size):
         chunk = scenes[start : start + batch_size]
         compared = comparer.compare(images[start : start + batch_size], [s.sentences[0].french_text for s in chunk], [s.sentences[0].english_text for s in chunk])
         for number, (scene, comparison) in enumerate(zip(chunk, compared), start):
             for name, scores in pooled.items():
                 scores.add(scene, number, *comparison.word_attention(name), comparison.grid)
-            kinds = [word_kind(word) for word in scene.sentences[0].english]
-            for modality, found in (("image", comparison.image_erasure), ("text", comparison.text_erasure)):
-                for kind in set(kinds):
-                    erased[modality][kind].append(found.steps(torch.tensor([k == kind for k in kinds] + [False])))  # the words of one kind
+            add_erasure_by_group(erased, comparison, [word_kind(word) for word in scene.sentences[0].english])
 
     return {
         "scenes": len(scenes),
@@ -318,13 +377,7 @@ def evaluate_scenes(
         "grounding": pooled[extraction].grounding(),
         "grounding_by_extraction": {name: scores.grounding() for name, scores in pooled.items()},
         "attention": pooled[extraction].attention(),
-        "erasure": {
-            modality: {
-                **erasure_means([part for parts in by_kind.values() for part in parts]),
-                "by_word_kind": {kind: erasure_means(parts) for kind, parts in sorted(by_kind.items())},
-            }
-            for modality, by_kind in erased.items()
-        },
+        "erasure": summarise_erasure_by_group(erased, "by_word_kind"),
         "distributions": {
             **pooled[extraction].distributions(),
             **{

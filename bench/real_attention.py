@@ -1,0 +1,341 @@
+"""The real cross-modal study: one decoder's attention over Flickr8k photos and over German sentences.
+
+Run from the project root::
+
+    python bench/real_attention.py                  # full: trains tasks/configs/flickr8k_multi30k.yaml, then the study
+    python bench/real_attention.py --evaluate-only  # the study again on the joint model an earlier run left in --out
+    python bench/real_attention.py --quick          # a tiny model on a slice of the data, 6 study photos (a smoke check)
+    python bench/real_attention.py --evaluate-only --captioner runs/bench-flickr8k/attention/best.pt \\
+        --translator runs/bench-multi30k/best.pt    # also study (and score) two single-task models
+
+1. Data: prepares ``data/flickr8k`` and ``data/multi30k-de-en-study`` when missing; the second leaves
+   the study photos' Multi30k pairs out of the translation training and validation data
+   (``prepare_multi30k.py --exclude-photos``), so neither side of the joint model sees a study
+   photo or its sentence in training.
+2. Study photos: the Flickr8k *test* photos that Multi30k also describes (458 in the shared data),
+   each with its Multi30k German sentence and English sentence.
+3. Trains the joint model (one decoder, target embeddings and output layer for the EfficientNet-Lite0
+   captioner and the German -> English translator), unless ``--evaluate-only``.
+4. Quality on the usual tests at beam 5: Flickr8k test BLEU-4 / CIDEr-D (all 5 references; the
+   captioning recipe's search settings) and Multi30k test_2016_flickr BLEU (the translation
+   recipe's); the same for ``--captioner`` / ``--translator`` when given.
+5. The study: each photo's English sentence is forced through the image side and through the German
+   side of the joint model (and of the single-task pair when given). Per modality: entropy, normalised
+   entropy, peak weight, effective positions and coverage of each word's attention (the step that
+   emits it), and erasure (the log-probability a word loses when its attention peak, a random
+   position or the lowest-weight position is removed; how often the word changes), split into
+   content words, function words (a closed-class list) and punctuation. Words outside the model's
+   vocabulary are left out and counted.
+6. Writes ``study.json``, ``erasure.png`` (peak against random removal, per modality) and the
+   comparison of one photo (``example/``: PNG, HTML report, statistics) into ``--out``.
+
+Human-readable lines first; the LAST line of stdout is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from attnkit.captioning import Captioner
+from attnkit.checkpoint import load_checkpoint
+from attnkit.comparison import AttentionComparer, Comparison, add_erasure_by_group, attention_by_group, summarise_erasure_by_group
+from attnkit.config import load_config
+from attnkit.data.captions import CaptionedImage, image_root, read_caption_split, write_caption_dataset
+from attnkit.data.images import open_rgb
+from attnkit.data.multi30k import SPLITS, photo_id, read_photo_list, read_split, split_photos
+from attnkit.data.sources import default_data_root
+from attnkit.data.text import read_parallel, write_parallel_dataset
+from attnkit.errors import UserError, run_cli
+from attnkit.files import atomic_path, write_text_atomic
+from attnkit.model import count_parameters
+from attnkit.multitask import train_multitask
+from attnkit.report import write_comparison
+from attnkit.train import TrainingProgress
+from attnkit.translation import Translator
+from attnkit.viz import plot_distributions
+from attnkit.vocab import Vocabulary
+from machine import busy_cores, print_result, project_path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from data_scripts import prepare_flickr8k, prepare_multi30k  # noqa: E402  (the project root is not on sys.path for bench/ scripts)
+
+FLICKR8K_TEST_LIST = Path("flickr8k") / "Flickr_8k.testImages.txt"
+# Closed-class English words: articles, prepositions, conjunctions, pronouns, auxiliaries. Everything
+# else with a letter or digit is a content word; tokens without one are punctuation.
+FUNCTION_WORDS = frozenset(
+    "a an the this that these those some any each every another other "
+    "of in on at to from by with without for into onto over under above below near behind between through across "
+    "along around down up out off while as like than and or but nor so if because "
+    "i you he she it we they me him her us them his its our their my your there here "
+    "is are was were be been being am has have had do does did can could will would should may might must "
+    "not no 's".split()
+)
+QUICK = {"train": 24, "valid": 6, "pairs": 300, "photos": 6}
+QUICK_MODEL = [  # a tiny model: the steps run end to end in seconds
+    "text_encoder.embedding_size=16", "text_encoder.hidden_size=16", "image_encoder.memory_size=32",
+    "decoder.embedding_size=16", "decoder.hidden_size=32", "train.epochs=2", "train.max_minutes=0", "train.batch_size=16",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StudyPhoto:
+    image: str  # Flickr8k file name
+    german: str
+    english: str
+    multi30k_split: str  # where Multi30k has the photo: train, val or test_2016_flickr
+
+
+def study_photos(data_root: Path) -> list[StudyPhoto]:
+    """The Flickr8k test photos present in the shared images folder that Multi30k describes, in the test list's order."""
+    images = data_root / "flickr8k" / "images"
+    listed = [line.strip() for line in (data_root / FLICKR8K_TEST_LIST).read_text(encoding="utf-8").split("\n") if line.strip()]
+    sentences = {}
+    for stem in SPLITS.values():
+        for photo, (german, english) in zip(split_photos(data_root, stem), read_split(data_root, stem, ("de", "en"))):
+            sentences.setdefault(photo, (german, english, stem))
+    return [StudyPhoto(name, *sentences[photo_id(name)]) for name in listed if (images / name).is_file() and photo_id(name) in sentences]
+
+
+def study_photo(data_root: Path, name: str) -> StudyPhoto:
+    """One study photo by its Flickr8k file name; a clear error for any other photo."""
+    found = [photo for photo in study_photos(data_root) if photo.image == name]
+    if found:
+        return found[0]
+    if name not in (data_root / FLICKR8K_TEST_LIST).read_text(encoding="utf-8").split():
+        raise UserError(f"--photo {name} is not a Flickr8k test photo (the study photos are the test photos Multi30k describes)")
+    raise UserError(f"--photo {name} has no Multi30k sentences (or is missing from {data_root / 'flickr8k' / 'images'}): it is not a study photo")
+
+
+def word_group(word: str, vocab: Vocabulary) -> str | None:
+    """content / function / punctuation; None for a word outside the model's vocabulary (its attention is not the word's)."""
+    if word not in vocab:
+        return None
+    if not any(character.isalnum() for character in word):
+        return "punctuation"
+    return "function" if word in FUNCTION_WORDS else "content"
+
+
+def study(comparer: AttentionComparer, photos: list[StudyPhoto], images: Path, batch_size: int = 16) -> tuple[dict, list[Comparison], list[list[str | None]]]:
+    """Force every photo's English sentence through both sides; the statistics by word group, and the comparisons."""
+    vocabularies = (comparer.captioner.pipeline.vocab, comparer.translator.pipeline.target_vocab)
+    comparisons, groups, skipped = [], [], []
+    for start in range(0, len(photos), batch_size):
+        chunk = photos[start : start + batch_size]
+        try:
+            found = comparer.compare([images / p.image for p in chunk], [p.german for p in chunk], [p.english for p in chunk])
+        except UserError:  # one sentence the two models cannot both read: compare one at a time, skip that one
+            found = []
+            for photo in chunk:
+                try:
+                    found += comparer.compare([images / photo.image], [photo.german], [photo.english])
+                except UserError as error:
+                    skipped.append({"image": photo.image, "why": str(error)})
+                    found.append(None)
+        for comparison in found:
+            if comparison is not None:
+                comparisons.append(comparison)
+                # a word counts when both models know it: the same words in both modalities
+                groups.append([word_group(w, vocabularies[0]) if w in vocabularies[1] else None for w in comparison.target_words[:-1]])
+    if not comparisons:
+        raise UserError("no study sentence could be forced through both models")
+    erased: dict = {"image": defaultdict(list), "text": defaultdict(list)}
+    for comparison, word_groups in zip(comparisons, groups):
+        add_erasure_by_group(erased, comparison, word_groups)
+    words = sum(len(g) for g in groups)
+    unknown = sum(g is None for word_groups in groups for g in word_groups)
+    result = {
+        "sentences": len(comparisons),
+        "skipped_sentences": skipped,
+        "words": words,
+        "unknown_words_left_out": unknown,
+        "attention": attention_by_group(comparisons, groups),
+        "erasure": summarise_erasure_by_group(erased),
+    }
+    return result, comparisons, groups
+
+
+def describe_study(name: str, result: dict) -> list[str]:
+    lines = [f"{name}: {result['sentences']} sentences, {result['words']} words ({result['unknown_words_left_out']} unknown, left out)"]
+    for modality in ("image", "text"):
+        attention, erasure = result["attention"][modality], result["erasure"][modality]
+        lines.append(
+            f"  {modality}: normalised entropy {attention['normalised_entropy']}, peak {attention['peak']}, "
+            f"effective positions {attention['effective_positions']}, coverage max {attention.get('coverage_max')}"
+        )
+        for group, erased in erasure["by_group"].items():
+            lines.append(
+                f"    erasure, {group} words ({erased['steps']}): log p lost {erased['peak_drop']} (peak) vs {erased['random_drop']} (random) "
+                f"vs {erased['lowest_drop']} (lowest); word changes {100 * erased['peak_flip']:.1f}% / {100 * erased['random_flip']:.1f}%"
+            )
+    return lines
+
+
+def ensure_data(data_root: Path, folder: Path) -> tuple[Path, Path]:
+    """``folder``/flickr8k and ``folder``/multi30k-de-en-study, prepared when missing."""
+    captions, pairs = folder / "flickr8k", folder / "multi30k-de-en-study"
+    if not (captions / "dataset.json").is_file():
+        prepare_flickr8k.main(["--data", str(data_root), "--out", str(captions)])
+    if not (pairs / "dataset.json").is_file():
+        exclude = data_root / FLICKR8K_TEST_LIST
+        prepare_multi30k.main(["--source", "de", "--target", "en", "--data", str(data_root), "--out", str(pairs), "--exclude-photos", str(exclude)])
+    return captions, pairs
+
+
+def quick_slices(captions: Path, pairs: Path, photos: list[StudyPhoto], into: Path) -> tuple[Path, Path]:
+    """A few training photos and pairs; the test split of the captions is the first study photos."""
+    caption_splits = {split: read_caption_split(captions, split)[: QUICK[split]] for split in ("train", "valid")}
+    by_image = {item.image: item for item in read_caption_split(captions, "test")}
+    caption_splits["test"] = [by_image.get(p.image, CaptionedImage(p.image, (p.english,))) for p in photos]
+    pair_splits = {split: read_parallel(pairs, split, "de", "en")[: QUICK["pairs"] if split == "train" else QUICK["valid"]] for split in ("train", "valid", "test")}
+    return (
+        write_caption_dataset(into / "flickr8k", caption_splits, image_root(captions), info={"name": "flickr8k-quick"}),
+        write_parallel_dataset(into / "multi30k", ("de", "en"), pair_splits, {"name": "multi30k-de-en-quick"}),
+    )
+
+
+def quality(captioner: Captioner, translator: Translator, captions: Path, pairs: Path, beam: int, search: dict) -> dict:
+    """Caption and translation test scores at ``beam``, each task decoded with its single-task recipe's search settings."""
+    captioner.search, translator.search = search["captioning"], search["translation"]
+    started = time.perf_counter()
+    caption = captioner.evaluate(read_caption_split(captions, "test"), image_root(captions), beam_size=beam, batch_size=64, meteor=False)
+    translation = translator.evaluate(read_parallel(pairs, "test", "de", "en"), beam_size=beam, batch_size=64)
+    return {
+        "caption": {name: caption[name] for name in ("bleu4", "bleu4_nltk", "cider_d", "images")},
+        "translation": {name: translation[name] for name in ("bleu", "chrf", "sentences", "bleu_signature")},
+        "decode_seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=str(ROOT / "tasks/configs/flickr8k_multi30k.yaml"))
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override of the joint model")
+    parser.add_argument("--data", default="", help="data root holding flickr8k/ and multi30k/ (default $ATTNKIT_DATA, else ../shared/data)")
+    parser.add_argument("--out", default="", help="run folder (default runs/bench-real-attention, or runs/bench-real-attention-quick)")
+    parser.add_argument("--evaluate-only", action="store_true", help="skip training: study the joint model an earlier run left in --out")
+    parser.add_argument("--captioner", default="", help="a single-task captioning checkpoint to score and study too (with --translator)")
+    parser.add_argument("--translator", default="", help="a single-task de->en translation checkpoint to score and study too")
+    parser.add_argument("--photo", default="", help="the study photo of the example report (a Flickr8k file name; default the first)")
+    parser.add_argument("--photos", type=int, default=0, help="study only the first N photos (default all)")
+    parser.add_argument("--beam", type=int, default=5, help="beam of the quality scores")
+    parser.add_argument("--figure", default="", help="also copy the example's comparison.png here (the README's figure)")
+    parser.add_argument("--quick", action="store_true", help=f"a tiny model on {QUICK['train']} photos and {QUICK['pairs']} pairs, {QUICK['photos']} study photos")
+    parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_args_parser().parse_args(argv)
+    if bool(args.captioner) != bool(args.translator):
+        raise UserError("give both --captioner and --translator (the single-task pair), or neither")
+    mode = "quick" if args.quick else "full"
+    busy_before = busy_cores()
+    data_root = Path(args.data) if args.data else default_data_root(ROOT)
+    if not (data_root / FLICKR8K_TEST_LIST).is_file():
+        raise UserError(f"{data_root} has no {FLICKR8K_TEST_LIST} (give --data ROOT: the folder holding flickr8k/ and multi30k/)")
+    photos = study_photos(data_root)
+    if args.quick or args.photos:
+        photos = photos[: args.photos or QUICK["photos"]]
+    example = photos[0]
+    if args.photo:
+        example = study_photo(data_root, args.photo)
+    out = Path(args.out or ROOT / "runs" / f"bench-real-attention{'-quick' if args.quick else ''}")
+    print(f"study photos: {len(photos)} Flickr8k test photos with Multi30k sentences")
+
+    with tempfile.TemporaryDirectory(prefix="attnkit-real-") as scratch:
+        # --quick leaves the project's data/ alone: everything it prepares goes to a scratch folder
+        captions, pairs = ensure_data(data_root, Path(scratch) if args.quick else ROOT / "data")
+        if args.quick:
+            captions, pairs = quick_slices(captions, pairs, photos, Path(scratch))
+        overrides = [f"output_dir={out / 'joint'}", f"data.path={captions}", f"data.text_path={pairs}"]
+        if args.quick:
+            overrides += [f"data.feature_cache={Path(scratch) / 'cache'}", *QUICK_MODEL]
+        config = load_config(args.config, [*overrides, *args.overrides])  # the user's --set last: they win
+        checkpoint = out / "joint" / "best.pt"
+        if args.evaluate_only:
+            if not checkpoint.is_file():
+                raise UserError(f"--evaluate-only: no joint model in {out / 'joint'} (train first, or give its --out)")
+            progress = TrainingProgress(**load_checkpoint(out / "joint" / "last.pt").training["progress"])
+        else:
+            print(f"training the joint model into {out / 'joint'} (a previous run there is replaced)")
+            progress = train_multitask(config, overwrite=True, progress_bar=not args.no_progress)
+        cache = config.data.feature_cache or None
+        setups = {"joint": (Captioner.from_checkpoint(checkpoint, cache_dir=cache), Translator.from_checkpoint(checkpoint))}
+        if args.captioner:
+            setups["single_task"] = (Captioner.from_checkpoint(args.captioner, cache_dir=cache), Translator.from_checkpoint(args.translator))
+        search = {
+            "captioning": load_config(ROOT / "tasks/configs/flickr8k.yaml", []).search,
+            "translation": load_config(ROOT / "tasks/configs/multi30k_de_en.yaml", []).search,
+        }
+        results = {}
+        images = data_root / "flickr8k" / "images"
+        for name, (captioner, translator) in setups.items():
+            scores = quality(captioner, translator, captions, pairs, args.beam, search)
+            print(f"{name}: Flickr8k test BLEU-4 {scores['caption']['bleu4']} (CIDEr-D {scores['caption']['cider_d']}), "
+                  f"Multi30k test_2016_flickr BLEU {scores['translation']['bleu']} at beam {args.beam}")  # fmt: skip
+            began = time.perf_counter()
+            found, comparisons, groups = study(AttentionComparer(captioner, translator), photos, images)
+            found["study_seconds"] = round(time.perf_counter() - began, 1)
+            print("\n".join(describe_study(name, found)))
+            results[name] = {"quality": scores, "study": found, "parameters": count_parameters(captioner.model)}
+            if name == "joint":
+                erasure_figure = plot_erasure(comparisons, groups, out / "erasure.png", len(comparisons))
+                joint = AttentionComparer(captioner, translator)
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "study.json", json.dumps(results, indent=2) + "\n")
+    written = write_comparison(joint, open_rgb(images / example.image), example.german, example.english, out / "example", title=f"{example.image}: {example.english}")
+    if args.figure:
+        write_figure(written[0][0], Path(args.figure))
+    result = {
+        "benchmark": "real_attention",
+        "mode": mode,
+        "study_photos": len(photos),
+        "example_photo": example.image,
+        "results": results,
+        "training": {"train_minutes": round(progress.seconds / 60, 2), "epochs": progress.epoch, "stop_reason": progress.stop_reason or "all epochs"},
+        "outputs": {"study": str(out / "study.json"), "erasure_figure": str(erasure_figure), "example": str(out / "example")},
+        "config": project_path(args.config),
+        "overrides": args.overrides,
+        "evaluate_only": args.evaluate_only,
+        "run_dir": str(out),
+    }
+    return print_result(result, busy_before)
+
+
+def plot_erasure(comparisons: list[Comparison], groups: list[list[str | None]], path: Path, sentences: int) -> Path:
+    """Per modality, the log p(word) a content word loses with its attention peak removed, against a random position."""
+    drops = {}
+    for modality in ("image", "text"):
+        panel = {}
+        for removed in ("peak", "random"):
+            values = []
+            for comparison, word_groups in zip(comparisons, groups):
+                found = getattr(comparison, f"{modality}_erasure")
+                mask = torch.tensor([g == "content" for g in word_groups] + [False])
+                values += getattr(found.steps(mask), f"{removed}_drop").nan_to_num(0.0).tolist()
+            panel[f"{removed} removed"] = values
+        drops[f"{modality}: log p(content word) lost"] = panel
+    highest = max((max(v, default=0.0) for panel in drops.values() for v in panel.values()), default=1.0)
+    return plot_distributions(drops, path, title=f"erasure on {sentences} study photos: the attention peak against a random position", value_range=(-0.5, max(1.0, highest)))
+
+
+def write_figure(png: Path, target: Path) -> None:
+    """Copy the example's PNG to ``target``, whole or not at all."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(target) as temporary:
+        temporary.write_bytes(png.read_bytes())
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

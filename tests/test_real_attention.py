@@ -1,0 +1,82 @@
+"""bench/real_attention.py: the real joint recipe trains on a slice of the shared data and the study runs end to end."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnkit.errors import UserError, run_cli
+from conftest import needs_shared, shared_data_root
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+NO_MULTI30K_SENTENCE = "3482062809_3b694322c4.jpg"  # a Flickr8k test photo Multi30k does not describe
+
+
+@pytest.fixture
+def real_attention(monkeypatch):
+    needs_shared("flickr8k", "images")
+    needs_shared("multi30k", "task1", "image_splits")
+    monkeypatch.syspath_prepend(str(BENCH))
+    import real_attention
+
+    yield real_attention
+    sys.modules.pop("real_attention", None)
+
+
+def test_the_study_photos_are_flickr8k_test_photos_with_multi30k_sentences(real_attention):
+    photos = real_attention.study_photos(shared_data_root())
+    assert len(photos) == 458 and len({p.image for p in photos}) == 458
+    assert {p.multi30k_split for p in photos} == {"train", "val", "test_2016_flickr"}
+    first = photos[0]
+    assert first.german and first.english and (shared_data_root() / "flickr8k" / "images" / first.image).is_file()
+
+
+def test_word_groups(monkeypatch):
+    from attnkit.vocab import Vocabulary
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    import real_attention
+
+    vocab = Vocabulary.build([["a", "dog", "runs", ".", "the"]])
+    groups = [real_attention.word_group(w, vocab) for w in ["a", "dog", ".", "the", "zebra"]]
+    assert groups == ["function", "content", "punctuation", "function", None]
+
+
+@pytest.mark.slow
+def test_the_joint_recipe_trains_on_a_slice_and_the_study_runs_end_to_end(real_attention, tmp_path, capsys):
+    out = tmp_path / "study"
+    figure = tmp_path / "docs" / "figure.png"
+    assert real_attention.main(["--quick", "--no-progress", "--out", str(out), "--figure", str(figure)]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["mode"] == "quick" and result["training"]["epochs"] == 2
+    joint = result["results"]["joint"]
+    assert joint["quality"]["caption"]["images"] == 6 and joint["quality"]["translation"]["sentences"] > 0
+    study = joint["study"]
+    assert study["sentences"] == 6 and study["words"] == study["attention"]["image"]["words"] + study["unknown_words_left_out"]
+    for modality in ("image", "text"):
+        assert set(study["attention"][modality]["by_group"]) <= {"content", "function", "punctuation"}
+        erasure = study["erasure"][modality]
+        assert erasure["steps"] == sum(group["steps"] for group in erasure["by_group"].values())
+        assert {"peak_drop", "random_drop", "lowest_drop", "peak_flip", "flip_share"} <= set(erasure)
+    assert json.loads((out / "study.json").read_text())["joint"]["study"]["sentences"] == 6
+    assert (out / "erasure.png").stat().st_size > 0 and "<script" in (out / "example" / "report.html").read_text()
+    assert figure.read_bytes() == (out / "example" / "comparison.png").read_bytes()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--photo", NO_MULTI30K_SENTENCE], "has no Multi30k sentences"),
+        (["--photo", "1000268201_693b08cb0e.jpg"], "is not a Flickr8k test photo"),
+        (["--captioner", "x.pt"], "both --captioner and --translator"),
+        (["--evaluate-only"], "no joint model"),
+    ],
+)
+def test_bad_input_is_one_clear_message(real_attention, tmp_path, capsys, argv, message):
+    argv = [*argv, "--quick", "--out", str(tmp_path / "out")]
+    with pytest.raises(UserError, match=message):
+        real_attention.main(argv)
+    capsys.readouterr()
+    assert run_cli(real_attention.main, argv) == 2
+    assert capsys.readouterr().err.startswith("error: ")
