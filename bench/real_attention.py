@@ -47,15 +47,17 @@ import torch
 
 from attnkit.captioning import Captioner
 from attnkit.checkpoint import load_checkpoint
-from attnkit.comparison import AttentionComparer, Comparison, add_erasure_by_group, attention_by_group, summarise_erasure_by_group
+from attnkit.analysis import Erasure
+from attnkit.comparison import AttentionComparer, add_erasure_by_group, attention_by_group, summarise_erasure_by_group
+from attnkit.cli import non_negative_int, positive_int
 from attnkit.config import load_config
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split, write_caption_dataset
 from attnkit.data.images import open_rgb
-from attnkit.data.multi30k import SPLITS, photo_id, read_photo_list, read_split, split_photos
+from attnkit.data.multi30k import IMAGE_SPLITS_DIR, SPLITS, photo_id, read_split_with_photos
 from attnkit.data.sources import default_data_root
 from attnkit.data.text import read_parallel, write_parallel_dataset
 from attnkit.errors import UserError, run_cli
-from attnkit.files import atomic_path, write_text_atomic
+from attnkit.files import atomic_path, read_text_file, write_text_atomic
 from attnkit.model import count_parameters
 from attnkit.multitask import train_multitask
 from attnkit.report import write_comparison
@@ -98,12 +100,16 @@ class StudyPhoto:
 def study_photos(data_root: Path) -> list[StudyPhoto]:
     """The Flickr8k test photos present in the shared images folder that Multi30k describes, in the test list's order."""
     images = data_root / "flickr8k" / "images"
-    listed = [line.strip() for line in (data_root / FLICKR8K_TEST_LIST).read_text(encoding="utf-8").split("\n") if line.strip()]
+    listed = flickr8k_test_list(data_root)
     sentences = {}
     for stem in SPLITS.values():
-        for photo, (german, english) in zip(split_photos(data_root, stem), read_split(data_root, stem, ("de", "en"))):
+        for photo, (german, english) in read_split_with_photos(data_root, stem, ("de", "en")):
             sentences.setdefault(photo, (german, english, stem))
     return [StudyPhoto(name, *sentences[photo_id(name)]) for name in listed if (images / name).is_file() and photo_id(name) in sentences]
+
+
+def flickr8k_test_list(data_root: Path) -> list[str]:
+    return [line.strip() for line in read_text_file(data_root / FLICKR8K_TEST_LIST).split("\n") if line.strip()]
 
 
 def study_photo(data_root: Path, name: str) -> StudyPhoto:
@@ -111,7 +117,7 @@ def study_photo(data_root: Path, name: str) -> StudyPhoto:
     found = [photo for photo in study_photos(data_root) if photo.image == name]
     if found:
         return found[0]
-    if name not in (data_root / FLICKR8K_TEST_LIST).read_text(encoding="utf-8").split():
+    if name not in flickr8k_test_list(data_root):
         raise UserError(f"--photo {name} is not a Flickr8k test photo (the study photos are the test photos Multi30k describes)")
     raise UserError(f"--photo {name} has no Multi30k sentences (or is missing from {data_root / 'flickr8k' / 'images'}): it is not a study photo")
 
@@ -125,8 +131,9 @@ def word_group(word: str, vocab: Vocabulary) -> str | None:
     return "function" if word in FUNCTION_WORDS else "content"
 
 
-def study(comparer: AttentionComparer, photos: list[StudyPhoto], images: Path, batch_size: int = 16) -> tuple[dict, list[Comparison], list[list[str | None]]]:
-    """Force every photo's English sentence through both sides; the statistics by word group, and the comparisons."""
+def study(comparer: AttentionComparer, photos: list[StudyPhoto], images: Path, batch_size: int = 16) -> tuple[dict, dict[str, dict[str, list[Erasure]]]]:
+    """Force every photo's English sentence through both sides: the statistics by word group, and the erasure of
+    every studied word (modality -> group -> parts)."""
     vocabularies = (comparer.captioner.pipeline.vocab, comparer.translator.pipeline.target_vocab)
     comparisons, groups, skipped = [], [], []
     for start in range(0, len(photos), batch_size):
@@ -161,7 +168,7 @@ def study(comparer: AttentionComparer, photos: list[StudyPhoto], images: Path, b
         "attention": attention_by_group(comparisons, groups),
         "erasure": summarise_erasure_by_group(erased),
     }
-    return result, comparisons, groups
+    return result, erased
 
 
 def describe_study(name: str, result: dict) -> list[str]:
@@ -182,9 +189,10 @@ def describe_study(name: str, result: dict) -> list[str]:
 
 def ensure_data(data_root: Path, folder: Path) -> tuple[Path, Path]:
     """``folder``/flickr8k and ``folder``/multi30k-de-en-study, prepared when missing."""
-    captions, pairs = folder / "flickr8k", folder / "multi30k-de-en-study"
+    captions, pairs = folder / "flickr8k-joint", folder / "multi30k-de-en-study"
     if not (captions / "dataset.json").is_file():
-        prepare_flickr8k.main(["--data", str(data_root), "--out", str(captions)])
+        multi30k_photos = [data_root / IMAGE_SPLITS_DIR / f"{SPLITS[split]}.txt" for split in ("valid", "test")]
+        prepare_flickr8k.main(["--data", str(data_root), "--out", str(captions), *(f"--exclude-photos={path}" for path in multi30k_photos)])
     if not (pairs / "dataset.json").is_file():
         exclude = data_root / FLICKR8K_TEST_LIST
         prepare_multi30k.main(["--source", "de", "--target", "en", "--data", str(data_root), "--out", str(pairs), "--exclude-photos", str(exclude)])
@@ -226,8 +234,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--captioner", default="", help="a single-task captioning checkpoint to score and study too (with --translator)")
     parser.add_argument("--translator", default="", help="a single-task de->en translation checkpoint to score and study too")
     parser.add_argument("--photo", default="", help="the study photo of the example report (a Flickr8k file name; default the first)")
-    parser.add_argument("--photos", type=int, default=0, help="study only the first N photos (default all)")
-    parser.add_argument("--beam", type=int, default=5, help="beam of the quality scores")
+    parser.add_argument("--photos", type=non_negative_int, default=0, help="study only the first N photos (default all)")
+    parser.add_argument("--beam", type=positive_int, default=5, help="beam of the quality scores")
     parser.add_argument("--figure", default="", help="also copy the example's comparison.png here (the README's figure)")
     parser.add_argument("--quick", action="store_true", help=f"a tiny model on {QUICK['train']} photos and {QUICK['pairs']} pairs, {QUICK['photos']} study photos")
     parser.add_argument("--no-progress", action="store_true")
@@ -246,10 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     photos = study_photos(data_root)
     if args.quick or args.photos:
         photos = photos[: args.photos or QUICK["photos"]]
-    example = photos[0]
-    if args.photo:
-        example = study_photo(data_root, args.photo)
+    if not photos:
+        raise UserError(f"no study photo: none of the Flickr8k test photos in {data_root / 'flickr8k' / 'images'} has a Multi30k sentence")
+    example = study_photo(data_root, args.photo) if args.photo else photos[0]
     out = Path(args.out or ROOT / "runs" / f"bench-real-attention{'-quick' if args.quick else ''}")
+    checkpoint = out / "joint" / "best.pt"
+    if args.evaluate_only and not checkpoint.is_file():
+        raise UserError(f"--evaluate-only: no joint model in {out / 'joint'} (train first, or give its --out)")
     print(f"study photos: {len(photos)} Flickr8k test photos with Multi30k sentences")
 
     with tempfile.TemporaryDirectory(prefix="attnkit-real-") as scratch:
@@ -261,10 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick:
             overrides += [f"data.feature_cache={Path(scratch) / 'cache'}", *QUICK_MODEL]
         config = load_config(args.config, [*overrides, *args.overrides])  # the user's --set last: they win
-        checkpoint = out / "joint" / "best.pt"
         if args.evaluate_only:
-            if not checkpoint.is_file():
-                raise UserError(f"--evaluate-only: no joint model in {out / 'joint'} (train first, or give its --out)")
             progress = TrainingProgress(**load_checkpoint(out / "joint" / "last.pt").training["progress"])
         else:
             print(f"training the joint model into {out / 'joint'} (a previous run there is replaced)")
@@ -284,12 +292,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: Flickr8k test BLEU-4 {scores['caption']['bleu4']} (CIDEr-D {scores['caption']['cider_d']}), "
                   f"Multi30k test_2016_flickr BLEU {scores['translation']['bleu']} at beam {args.beam}")  # fmt: skip
             began = time.perf_counter()
-            found, comparisons, groups = study(AttentionComparer(captioner, translator), photos, images)
+            found, erased = study(AttentionComparer(captioner, translator), photos, images)
             found["study_seconds"] = round(time.perf_counter() - began, 1)
             print("\n".join(describe_study(name, found)))
             results[name] = {"quality": scores, "study": found, "parameters": count_parameters(captioner.model)}
             if name == "joint":
-                erasure_figure = plot_erasure(comparisons, groups, out / "erasure.png", len(comparisons))
+                erasure_figure = plot_erasure(erased, out / "erasure.png", found["sentences"])
                 joint = AttentionComparer(captioner, translator)
 
     out.mkdir(parents=True, exist_ok=True)
@@ -313,19 +321,15 @@ def main(argv: list[str] | None = None) -> int:
     return print_result(result, busy_before)
 
 
-def plot_erasure(comparisons: list[Comparison], groups: list[list[str | None]], path: Path, sentences: int) -> Path:
+def plot_erasure(erased: dict[str, dict[str, list[Erasure]]], path: Path, sentences: int) -> Path:
     """Per modality, the log p(word) a content word loses with its attention peak removed, against a random position."""
-    drops = {}
-    for modality in ("image", "text"):
-        panel = {}
-        for removed in ("peak", "random"):
-            values = []
-            for comparison, word_groups in zip(comparisons, groups):
-                found = getattr(comparison, f"{modality}_erasure")
-                mask = torch.tensor([g == "content" for g in word_groups] + [False])
-                values += getattr(found.steps(mask), f"{removed}_drop").nan_to_num(0.0).tolist()
-            panel[f"{removed} removed"] = values
-        drops[f"{modality}: log p(content word) lost"] = panel
+    drops = {
+        f"{modality}: log p(content word) lost": {
+            f"{removed} removed": torch.cat([getattr(part, f"{removed}_drop") for part in erased[modality]["content"]]).nan_to_num(0.0).tolist()
+            for removed in ("peak", "random")
+        }
+        for modality in ("image", "text")
+    }
     highest = max((max(v, default=0.0) for panel in drops.values() for v in panel.values()), default=1.0)
     return plot_distributions(drops, path, title=f"erasure on {sentences} study photos: the attention peak against a random position", value_range=(-0.5, max(1.0, highest)))
 

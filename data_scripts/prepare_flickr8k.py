@@ -19,6 +19,9 @@ Usage::
 
     python data_scripts/prepare_flickr8k.py                      # -> data/flickr8k
     python data_scripts/prepare_flickr8k.py --data /data --out /tmp/flickr8k --images /data/Flicker8k_Dataset
+    python data_scripts/prepare_flickr8k.py --out data/flickr8k-joint \
+        --exclude-photos ../shared/data/multi30k/task1/image_splits/val.txt \
+        --exclude-photos ../shared/data/multi30k/task1/image_splits/test_2016_flickr.txt
 
 Options:
 
@@ -28,6 +31,10 @@ Options:
                 not redistributed with attnkit).
 --images DIR    the photos (default ``ROOT/flickr8k/images``); e.g. the ``Flicker8k_Dataset`` folder of
                 the original download.
+--exclude-photos LIST  leave the photos named in LIST (image file names one a line, Flickr8k or Flickr30k
+                naming; may be given several times) out of ``train`` and ``valid`` (``test`` stays whole).
+                A joint model with a Multi30k translator leaves out the Multi30k val and test photos: their
+                English Multi30k sentence is one of the photo's Flickr8k captions, word for word.
 
 Terms: no licence is given for the data; the photos belong to their Flickr owners, and Flickr8k was
 given out by the University of Illinois for research use. Cite Hodosh, Young and Hockenmaier 2013;
@@ -45,17 +52,20 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 try:
     from attnkit.data.captions import CaptionedImage, read_flickr8k_captions, write_caption_dataset
+    from attnkit.data.multi30k import photo_id, read_photo_list
     from attnkit.data.sources import default_data_root
     from attnkit.errors import UserError, run_cli
 except ImportError:  # run from a checkout where attnkit is not installed
     sys.path.insert(0, str(PROJECT_ROOT / "src"))
     from attnkit.data.captions import CaptionedImage, read_flickr8k_captions, write_caption_dataset
+    from attnkit.data.multi30k import photo_id, read_photo_list
     from attnkit.data.sources import default_data_root
     from attnkit.errors import UserError, run_cli
 
 FOLDER = Path("flickr8k")
 TOKEN_FILE = "Flickr8k.token.txt"
 SPLITS = {"train": "Flickr_8k.trainImages.txt", "valid": "Flickr_8k.devImages.txt", "test": "Flickr_8k.testImages.txt"}
+EXCLUDED_SPLITS = ("train", "valid")  # --exclude-photos: what a model learns or is chosen on
 SOURCE = (
     "Flickr8k (Hodosh, Young, Hockenmaier 2013): Flickr8k.token.txt captions, the standard "
     "Flickr_8k.{train,dev,test}Images.txt split lists and the photos"
@@ -96,6 +106,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", type=Path, default=None, help="data root holding flickr8k/ (default $ATTNKIT_DATA, else ../shared/data)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default data/flickr8k in the project)")
     parser.add_argument("--images", type=Path, default=None, help="folder of the photos (default ROOT/flickr8k/images)")
+    parser.add_argument("--exclude-photos", type=Path, action="append", default=[], metavar="LIST", help="leave these photos out of train and valid (repeatable)")
     return parser
 
 
@@ -123,12 +134,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise UserError(f"{image} is in both {SPLITS[owner[image]]} and {SPLITS[name]}")
             owner[image] = name
 
+    left_out = set().union(*(read_photo_list(path) for path in args.exclude_photos))
     splits: dict[str, list[CaptionedImage]] = {}
     skipped: dict[str, dict[str, int]] = {}
     for name, names in lists.items():
-        kept, absent, uncaptioned = [], 0, 0
+        kept, absent, uncaptioned, excluded = [], 0, 0, 0
         for image in names:
-            if not (images / image).is_file():
+            if left_out and name in EXCLUDED_SPLITS and photo_id(image) in left_out:
+                excluded += 1
+            elif not (images / image).is_file():
                 absent += 1
             elif image not in captions:
                 uncaptioned += 1
@@ -140,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 + (" (is --images the Flickr8k photo folder?)" if absent else "")
             )
         splits[name] = kept
-        skipped[name] = {"not_in_images_folder": absent, "without_captions": uncaptioned}
+        skipped[name] = {"not_in_images_folder": absent, "without_captions": uncaptioned, "excluded_photos": excluded}
     unlisted = sum(1 for image in captions if image not in owner and (images / image).is_file())
 
     command = ["python", "data_scripts/prepare_flickr8k.py", *(sys.argv[1:] if argv is None else argv)]
@@ -151,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "license": LICENSE,
         "citation": CITATION,
         "command": shlex.join(command),
-        "options": {"data": str(root), "images": str(images)},
+        "options": {"data": str(root), "images": str(images), "exclude_photos": [str(path) for path in args.exclude_photos]},
         "preprocessing": "none: raw captions, whitespace-stripped, in file order; valid is Flickr8k's dev split",
         "counts": {
             "listed": {name: len(names) for name, names in lists.items()},
@@ -165,7 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"{name}: {len(items):,} images, {sum(len(item.captions) for item in items):,} captions; "
             f"skipped {sum(gone.values()):,} of {len(lists[name]):,} listed "
-            f"({gone['not_in_images_folder']:,} not in the images folder, {gone['without_captions']:,} without captions)"
+            f"({gone['not_in_images_folder']:,} not in the images folder, {gone['without_captions']:,} without captions"
+            + (f", {gone['excluded_photos']:,} excluded" if gone["excluded_photos"] else "")
+            + ")"
         )
     if unlisted:
         print(f"{unlisted:,} captioned images in the images folder are in no split list (not written)")

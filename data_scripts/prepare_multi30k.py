@@ -42,13 +42,13 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 try:
-    from attnkit.data.multi30k import LANGUAGES, RAW_DIR, SPLITS, read_photo_list, read_split, split_photos
+    from attnkit.data.multi30k import LANGUAGES, RAW_DIR, SPLITS, read_photo_list, read_split, read_split_with_photos
     from attnkit.data.sources import default_data_root
     from attnkit.data.text import write_parallel_dataset
     from attnkit.errors import UserError, run_cli
 except ImportError:  # run from a checkout where attnkit is not installed
     sys.path.insert(0, str(PROJECT_ROOT / "src"))
-    from attnkit.data.multi30k import LANGUAGES, RAW_DIR, SPLITS, read_photo_list, read_split, split_photos
+    from attnkit.data.multi30k import LANGUAGES, RAW_DIR, SPLITS, read_photo_list, read_split, read_split_with_photos
     from attnkit.data.sources import default_data_root
     from attnkit.data.text import write_parallel_dataset
     from attnkit.errors import UserError, run_cli
@@ -100,10 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.exclude_photos is not None:
         left_out = read_photo_list(args.exclude_photos)
         for name in EXCLUDED_SPLITS:
-            photos = split_photos(root, SPLITS[name])
-            if len(photos) != len(splits[name]):
-                raise UserError(f"the image list of {SPLITS[name]} names {len(photos)} photos for {len(splits[name])} sentences")
-            kept = [pair for pair, photo in zip(splits[name], photos) if photo not in left_out]
+            kept = [pair for photo, pair in read_split_with_photos(root, SPLITS[name], (args.source, args.target)) if photo not in left_out]
             excluded[name] = len(splits[name]) - len(kept)
             splits[name] = kept
     command = ["python", "data_scripts/prepare_multi30k.py", *(sys.argv[1:] if argv is None else argv)]

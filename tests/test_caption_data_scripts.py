@@ -94,7 +94,7 @@ def test_flickr8k_writes_standard_splits_with_raw_captions_and_skip_counts(tmp_p
     info = json.loads((out / "dataset.json").read_text())
     assert info["task"] == "captioning" and info["language"] == "en" and info["image_root"] == "../data/flickr8k/images"
     assert info["splits"] == {"train": 2, "valid": 1, "test": 2} and info["captions"] == {"train": 10, "valid": 5, "test": 10}
-    assert info["counts"]["skipped"]["train"] == {"not_in_images_folder": 1, "without_captions": 1}
+    assert info["counts"]["skipped"]["train"] == {"not_in_images_folder": 1, "without_captions": 1, "excluded_photos": 0}
     assert "Hodosh" in info["citation"] and "research use" in info["license"]
     assert info["command"].startswith("python data_scripts/prepare_flickr8k.py --data ")
 
@@ -143,6 +143,18 @@ def test_flickr8k_shared_subset_gives_the_documented_counts(tmp_path):
     assert all(len(item.captions) == 5 for items in splits.values() for item in items)
     assert not set(images_of(splits["train"])) & (set(images_of(splits["valid"])) | set(images_of(splits["test"])))
     assert image_root(out) == (folder / "images").resolve()
+
+
+def test_flickr8k_leaves_out_the_multi30k_val_and_test_photos_from_train_and_valid(tmp_path, capsys):
+    folder, photo_lists = needs_shared("flickr8k"), needs_shared("multi30k", "task1", "image_splits")
+    out = tmp_path / "joint"
+    excluded = [f"--exclude-photos={photo_lists / name}" for name in ("val.txt", "test_2016_flickr.txt")]
+    assert flickr8k.main(["--data", str(folder.parent), "--out", str(out), *excluded]) == 0
+    assert "178 excluded" in capsys.readouterr().out
+    splits = read_back(out)
+    assert {name: len(items) for name, items in splits.items()} == {"train": 2819, "valid": 433, "test": 490}  # test stays whole
+    left_out = {line.split(".")[0] for name in ("val.txt", "test_2016_flickr.txt") for line in (photo_lists / name).read_text().split()}
+    assert not {image.split("_")[0] for image in images_of(splits["train"]) + images_of(splits["valid"])} & left_out
 
 
 # ---------------------------------------------------------------- Karpathy JSON (COCO, Flickr8k, Flickr30k)

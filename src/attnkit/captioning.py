@@ -247,7 +247,7 @@ def caption_training_set(
     if not caption_ids:
         raise UserError(f"{config.data.path}: no usable training captions")
     if gold is not None:
-        require_gold(gold, f"training captions of {config.data.path}", "they must be the scene folder's own captions, tokenised into its words: data.tokenizer.kind=space")
+        require_gold(gold, f"training captions of {config.data.path}", "they must be the scene folder's own captions, tokenised into its words, e.g. data.tokenizer.kind=space")
     cache = _feature_cache(encoder, config.data.feature_cache) if config.data.feature_cache else None
     sources = None
     if cache is not None:

@@ -155,12 +155,12 @@ class Seq2SeqObjective:
 
     def __call__(self, model: nn.Module, batch: Batch) -> LossOutput:
         output: DecoderOutput = model(batch, teacher_forcing=self.teacher_forcing)
-        gold = batch.target[:, 1:]  # (B, T)
-        is_token = gold != self.pad_index  # (B, T)
+        targets = batch.target[:, 1:]  # (B, T)
+        is_token = targets != self.pad_index  # (B, T)
         tokens = is_token.sum()
         # One log-softmax serves the loss and the perplexity (the output layer dominates training time).
         log_probs = output.logits.float().log_softmax(-1)  # (B, T, V)
-        nll = -log_probs.gather(-1, gold.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        nll = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
         token_loss = nll
         if self.label_smoothing > 0:
             # (1 - eps) * nll + eps * mean of -log p over the words a target can be: all but <pad> and <bos>.
@@ -175,7 +175,7 @@ class Seq2SeqObjective:
         if self.attention_supervision > 0 and batch.attention_gold is not None:
             gold = batch.attention_gold.dense(output.attention)  # (B, T, L)
             penalty_sum = penalty_sum + self.attention_supervision * supervision_loss(output.attention, gold).sum()
-        examples = torch.tensor(gold.shape[0], device=gold.device)
+        examples = torch.tensor(targets.shape[0], device=targets.device)
         return LossOutput((token_loss * is_token).sum(), tokens, penalty_sum, examples, (nll.detach() * is_token).sum())
 
 

@@ -223,7 +223,7 @@ def translation_training_set(config: ExperimentConfig, pipeline: TextPipeline, p
     gold_of = translation_gold(scene_ground_truth(folder)) if config.train.attention_supervision > 0 else None
     dataset = pipeline.encode_pairs(pairs, config.data.max_source_length, config.data.max_target_length, gold_of)
     if gold_of is not None:
-        require_gold(dataset.gold, f"training pairs of {folder}", "they must be the scene folder's own text, tokenised into its words: data.tokenizer.kind=space")
+        require_gold(dataset.gold, f"training pairs of {folder}", "they must be the scene folder's own French -> English pairs, tokenised into its words, e.g. data.tokenizer.kind=space")
     return dataset
 
 

@@ -72,6 +72,14 @@ def split_photos(root: Path, stem: str) -> list[str]:
     return [photo_id(line) for line in read_text_file(path).split("\n") if line.strip()]
 
 
+def read_split_with_photos(root: Path, stem: str, languages: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """(photo id, line-aligned sentences in ``languages``) for every line of one split."""
+    photos, sentences = split_photos(root, stem), read_split(root, stem, languages)
+    if len(photos) != len(sentences):
+        raise UserError(f"{root / IMAGE_SPLITS_DIR / f'{stem}.txt'} names {len(photos)} photos for {len(sentences)} sentence lines")
+    return list(zip(photos, sentences))
+
+
 def read_photo_list(path: str | Path) -> set[str]:
     """The photo ids of a list of image file names, one a line (e.g. Flickr8k's ``Flickr_8k.testImages.txt``)."""
     return {photo_id(line) for line in read_text_file(path).split("\n") if line.strip()}
