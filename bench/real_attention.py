@@ -181,7 +181,7 @@ def describe_study(name: str, result: dict) -> list[str]:
         )
         for group, erased in erasure["by_group"].items():
             lines.append(
-                f"    erasure, {group} words ({erased['steps']}): log p lost {erased['peak_drop']} (peak) vs {erased['random_drop']} (random) "
+                f"    erasure, {group} ({erased['steps']}): log p lost {erased['peak_drop']} (peak) vs {erased['random_drop']} (random) "
                 f"vs {erased['lowest_drop']} (lowest); word changes {100 * erased['peak_flip']:.1f}% / {100 * erased['random_flip']:.1f}%"
             )
     return lines
