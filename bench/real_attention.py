@@ -39,7 +39,6 @@ import json
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -48,7 +47,7 @@ import torch
 from attnkit.captioning import Captioner
 from attnkit.checkpoint import load_checkpoint
 from attnkit.analysis import Erasure
-from attnkit.comparison import AttentionComparer, add_erasure_by_group, attention_by_group, summarise_erasure_by_group
+from attnkit.comparison import AttentionComparer, add_erasure_by_group, attention_by_group, erasure_groups, summarise_erasure_by_group
 from attnkit.cli import non_negative_int, positive_int
 from attnkit.config import load_config
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split, write_caption_dataset
@@ -112,9 +111,9 @@ def flickr8k_test_list(data_root: Path) -> list[str]:
     return [line.strip() for line in read_text_file(data_root / FLICKR8K_TEST_LIST).split("\n") if line.strip()]
 
 
-def study_photo(data_root: Path, name: str) -> StudyPhoto:
-    """One study photo by its Flickr8k file name; a clear error for any other photo."""
-    found = [photo for photo in study_photos(data_root) if photo.image == name]
+def study_photo(data_root: Path, photos: list[StudyPhoto], name: str) -> StudyPhoto:
+    """One of ``photos`` (all the study photos) by its Flickr8k file name; a clear error for any other photo."""
+    found = [photo for photo in photos if photo.image == name]
     if found:
         return found[0]
     if name not in flickr8k_test_list(data_root):
@@ -155,7 +154,7 @@ def study(comparer: AttentionComparer, photos: list[StudyPhoto], images: Path, b
                 groups.append([word_group(w, vocabularies[0]) if w in vocabularies[1] else None for w in comparison.target_words[:-1]])
     if not comparisons:
         raise UserError("no study sentence could be forced through both models")
-    erased: dict = {"image": defaultdict(list), "text": defaultdict(list)}
+    erased = erasure_groups()
     for comparison, word_groups in zip(comparisons, groups):
         add_erasure_by_group(erased, comparison, word_groups)
     words = sum(len(g) for g in groups)
@@ -251,12 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     data_root = Path(args.data) if args.data else default_data_root(ROOT)
     if not (data_root / FLICKR8K_TEST_LIST).is_file():
         raise UserError(f"{data_root} has no {FLICKR8K_TEST_LIST} (give --data ROOT: the folder holding flickr8k/ and multi30k/)")
-    photos = study_photos(data_root)
-    if args.quick or args.photos:
-        photos = photos[: args.photos or QUICK["photos"]]
+    every_photo = study_photos(data_root)
+    photos = every_photo[: args.photos or QUICK["photos"]] if args.quick or args.photos else every_photo
     if not photos:
         raise UserError(f"no study photo: none of the Flickr8k test photos in {data_root / 'flickr8k' / 'images'} has a Multi30k sentence")
-    example = study_photo(data_root, args.photo) if args.photo else photos[0]
+    example = study_photo(data_root, every_photo, args.photo) if args.photo else photos[0]
     out = Path(args.out or ROOT / "runs" / f"bench-real-attention{'-quick' if args.quick else ''}")
     checkpoint = out / "joint" / "best.pt"
     if args.evaluate_only and not checkpoint.is_file():

@@ -95,14 +95,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder")
 
-    splits = {name: read_split(root, stem, (args.source, args.target)) for name, stem in SPLITS.items()}
-    excluded = {}
-    if args.exclude_photos is not None:
-        left_out = read_photo_list(args.exclude_photos)
-        for name in EXCLUDED_SPLITS:
-            kept = [pair for photo, pair in read_split_with_photos(root, SPLITS[name], (args.source, args.target)) if photo not in left_out]
-            excluded[name] = len(splits[name]) - len(kept)
-            splits[name] = kept
+    languages = (args.source, args.target)
+    left_out = read_photo_list(args.exclude_photos) if args.exclude_photos is not None else None
+    splits, excluded = {}, {}
+    for name, stem in SPLITS.items():
+        if left_out is None or name not in EXCLUDED_SPLITS:
+            splits[name] = read_split(root, stem, languages)
+            continue
+        lines = read_split_with_photos(root, stem, languages)  # each split's files read once
+        splits[name] = [pair for photo, pair in lines if photo not in left_out]
+        excluded[name] = len(lines) - len(splits[name])
     command = ["python", "data_scripts/prepare_multi30k.py", *(sys.argv[1:] if argv is None else argv)]
     info = {
         "name": f"multi30k-{args.source}-{args.target}",

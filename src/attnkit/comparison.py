@@ -196,6 +196,11 @@ def _one(encoded: EncoderOutput, i: int) -> EncoderOutput:
 MODALITIES = ("image", "text")
 
 
+def erasure_groups() -> dict[str, dict[str, list[Erasure]]]:
+    """An empty modality -> group -> erasure parts, for :func:`add_erasure_by_group` to fill."""
+    return {modality: defaultdict(list) for modality in MODALITIES}
+
+
 def add_erasure_by_group(into: dict[str, dict[str, list[Erasure]]], comparison: Comparison, groups: Sequence[str | None]) -> None:
     """Add one comparison's erasure of its words to ``into`` (modality -> group -> parts); ``groups[t]`` is word t's
     group, None leaves the word out (<eos> is never in a group)."""
@@ -351,7 +356,7 @@ def evaluate_scenes(
     exact_translations = sum(t.words == target_tokenize(ref) for t, (_, ref) in zip(translations, pairs))
 
     pooled = {name: _SceneGrounding() for name in EXTRACTIONS}
-    erased: dict[str, dict[str, list[Erasure]]] = {modality: defaultdict(list) for modality in MODALITIES}  # by word kind
+    erased = erasure_groups()  # by word kind
     for start in range(0, len(scenes), batch_size):
         chunk = scenes[start : start + batch_size]
         compared = comparer.compare(images[start : start + batch_size], [s.sentences[0].french_text for s in chunk], [s.sentences[0].english_text for s in chunk])
