@@ -38,7 +38,7 @@ from attnkit.search import search
 from attnkit.supervision import CaptionGold, caption_gold, describe_gold, require_gold, scene_ground_truth
 from attnkit.distributed import resolve_device
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
-from attnkit.vocab import Tokenizer, Vocabulary
+from attnkit.vocab import SubwordModel, Tokenizer, Vocabulary
 
 TASK = "captioning"
 ImageInput = str | Path | Image.Image  # an image file, or an image already in memory (e.g. a generated scene)
@@ -60,7 +60,9 @@ class CaptionPipeline:
     def from_checkpoint(cls, checkpoint: Checkpoint) -> "CaptionPipeline":
         config = from_dict(ExperimentConfig, checkpoint.config)
         language = config.data.target_lang or "en"
-        return cls(Tokenizer(config.data.tokenizer, language), Vocabulary(checkpoint.vocabularies["target"]), language)
+        subwords = checkpoint.subword_models.get("target")  # a joint model's with subword vocabularies
+        tokenizer = Tokenizer(config.data.tokenizer, language, SubwordModel(subwords) if subwords is not None else None)
+        return cls(tokenizer, Vocabulary(checkpoint.vocabularies["target"]), language)
 
     @property
     def vocabularies(self) -> dict[str, list[str]]:

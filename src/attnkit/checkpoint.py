@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import warnings
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from attnkit import __version__
 from attnkit.config import ExperimentConfig, drop_legacy_keys, from_dict, to_dict
 from attnkit.errors import UserError
 from attnkit.files import atomic_path
-from attnkit.vocab import SPECIALS
+from attnkit.vocab import SPECIALS, SubwordModel
 
 FORMAT = "attnkit-checkpoint"
 FORMAT_VERSION = 1
@@ -63,6 +64,7 @@ class Checkpoint:
     model: dict[str, torch.Tensor]  # state_dict
     training: dict[str, Any] = field(default_factory=dict)  # optimizer, scheduler, epoch, ... (for --resume)
     attnkit_version: str = __version__
+    subword_models: dict[str, bytes] = field(default_factory=dict)  # {"source": ..., "target": ...}: serialised sentencepiece models (data.tokenizer.kind sentencepiece)
 
 
 def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> Path:
@@ -77,6 +79,7 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> Path:
         "vocabularies": checkpoint.vocabularies,
         "model": checkpoint.model,
         "training": checkpoint.training,
+        "subword_models": checkpoint.subword_models,
     }
     try:
         with atomic_path(path) as temporary, open(temporary, "wb") as handle:
@@ -212,6 +215,7 @@ def _validate(path: Path, payload: dict[str, Any]) -> Checkpoint:
             raise invalid(f"no {side} vocabulary (a list of words)")
         if tuple(words[: len(SPECIALS)]) != SPECIALS or len(set(words)) != len(words):
             raise invalid(f"the {side} vocabulary does not start with {', '.join(SPECIALS)} or repeats a word")
+    subword_models = _valid_subword_models(payload.get("subword_models", {}), task, config, vocabularies, invalid)
     model = payload.get("model")
     if not isinstance(model, dict) or not model or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in model.items()):
         raise invalid("no model weights (a dict of named tensors)")
@@ -225,7 +229,24 @@ def _validate(path: Path, payload: dict[str, Any]) -> Checkpoint:
         if not _random_states_valid(training) or not isinstance(training.get("scaler", {}), dict) or not isinstance(training.get("history", []), list):
             raise invalid("its training state's random generators, scaler or history are not valid")
     version = payload.get("attnkit_version", "unknown")
-    return Checkpoint(task, config, vocabularies, model, training, version if isinstance(version, str) else "unknown")
+    return Checkpoint(task, config, vocabularies, model, training, version if isinstance(version, str) else "unknown", subword_models)
+
+
+def _valid_subword_models(models: Any, task: str, config: dict[str, Any], vocabularies: dict, invalid: Callable[[str], UserError]) -> dict[str, bytes]:
+    """The checkpoint's sentencepiece models, each parsed and checked against its side's vocabulary."""
+    if not isinstance(models, dict) or not all(isinstance(side, str) and isinstance(proto, bytes) for side, proto in models.items()):
+        raise invalid("its subword models are not a dict of bytes")
+    needed = VOCABULARIES[task] if config["data"]["tokenizer"]["kind"] == "sentencepiece" else ()
+    if set(models) != set(needed):
+        raise invalid(f"it has subword models for {sorted(models) or 'no side'}; its tokenizer needs them for {list(needed) or 'no side'}")
+    for side, proto in models.items():
+        try:
+            pieces = SubwordModel(proto).pieces
+        except UserError as error:
+            raise invalid(f"its {side} subword model: {error}") from None
+        if pieces != vocabularies[side]:
+            raise invalid(f"its {side} sentencepiece model does not match its {side} vocabulary")
+    return models
 
 
 def _misfit(what: str) -> UserError:

@@ -32,7 +32,8 @@ from attnkit.files import write_text_atomic
 # back would be a cycle (and would load torch for a config). tests/test_config.py checks that the
 # lists agree.
 TASKS = ("translation", "captioning", "multitask")
-TOKENIZERS = ("moses", "nltk", "space")
+TOKENIZERS = ("moses", "nltk", "space", "sentencepiece")
+SUBWORD_ALGORITHMS = ("unigram", "bpe")
 RNNS = ("gru", "lstm")
 NO_RNN = "none"
 STYLES = ("luong", "bahdanau")
@@ -113,8 +114,13 @@ class _Checked:
 
 @dataclass(frozen=True)
 class TokenizerConfig(_Checked):
-    kind: str = checked("moses", one_of(*TOKENIZERS, what="tokenizer kind"))  # moses (sacremoses) | nltk (NLTKWordTokenizer) | space (split on whitespace)
+    kind: str = checked("moses", one_of(*TOKENIZERS, what="tokenizer kind"))  # moses (sacremoses) | nltk (NLTKWordTokenizer) | space (split on whitespace) | sentencepiece (subwords; translation only)
     lowercase: bool = True  # lower-case before tokenising (and score BLEU lower-cased)
+    # kind sentencepiece: a subword model per side, trained on the training split when training starts and
+    # saved inside the checkpoint; its pieces are the vocabulary (min_freq and max_vocab do not apply)
+    algorithm: str = checked("unigram", one_of(*SUBWORD_ALGORITHMS, what="subword algorithm"))  # unigram (Kudo 2018) | bpe
+    vocab_size: int = checked(1000, at_least(8))  # pieces per subword model, the 4 specials included (1000 fits the embedded Tatoeba corpus; real corpora: 8000 and up)
+    joint: bool = False  # one subword model trained on source and target text together (its pieces serve both sides)
 
 
 @dataclass(frozen=True)
@@ -219,6 +225,11 @@ class ExperimentConfig(_Checked):
     decoder: DecoderConfig = field(default_factory=DecoderConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.task == "captioning" and self.data.tokenizer.kind == "sentencepiece":
+            raise UserError("data.tokenizer.kind: sentencepiece serves translation (and the joint model); a captioning model reads words: use moses, nltk or space")
 
     @property
     def run_dir(self) -> Path:

@@ -130,6 +130,7 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
         text.vocabularies,
         parameter_groups(model, image_encoder, config),
         batches,
+        subword_models=text.subword_models,
         idle_parameters=True,  # a captioning batch leaves the text encoder without gradients, and the other way round
         validation_examples=min(len(valid_items) if share > 0 else 1, len(valid_pairs) if share < 1 else 1),
         notes=notes,

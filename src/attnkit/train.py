@@ -61,6 +61,7 @@ class CheckpointContents:
     task: str
     config: dict[str, Any]
     vocabularies: dict[str, list[str]]
+    subword_models: dict[str, bytes] = field(default_factory=dict)
 
 
 def _silent(_: str) -> None:
@@ -151,7 +152,8 @@ class Trainer:
             "scaler": self.scaler.state_dict(),
             "rng": random_states,
         }
-        return Checkpoint(self.contents.task, self.contents.config, self.contents.vocabularies, self.model.state_dict(), training)
+        contents = self.contents
+        return Checkpoint(contents.task, contents.config, contents.vocabularies, self.model.state_dict(), training, subword_models=contents.subword_models)
 
     def restore(self, checkpoint: Checkpoint) -> None:
         """Continue the run saved in ``checkpoint`` (weights, optimizer, schedule, counters, random generators).
@@ -339,6 +341,7 @@ class TaskSetup:
     validate: Evaluate
     vocabularies: dict[str, list[str]]
     parameter_groups: list[dict[str, Any]] | None = None
+    subword_models: dict[str, bytes] = field(default_factory=dict)  # the translation pipeline's sentencepiece models, for checkpoints
     batches: BatchesFor | None = None
     idle_parameters: bool = False  # see Trainer
     validation_examples: int = 1  # examples validate() decodes (training refuses to start with none)
@@ -390,7 +393,7 @@ def train_recipe(
             setup.validate,
             setup.config.train,
             folder.path,
-            CheckpointContents(task, to_dict(setup.config), setup.vocabularies),
+            CheckpointContents(task, to_dict(setup.config), setup.vocabularies, setup.subword_models),
             progress_bar=progress_bar,
             log=log,
             parameter_groups=setup.parameter_groups,

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights
-from attnkit.config import ExperimentConfig, SearchConfig, from_dict
+from attnkit.config import ExperimentConfig, SearchConfig, TokenizerConfig, from_dict
 from attnkit.data.batching import pad_sequences
 from attnkit.data.text import ParallelTextDataset, collate_pairs, read_parallel, resolve_languages
 from attnkit.errors import UserError
@@ -31,7 +31,7 @@ from attnkit.search import search
 from attnkit.supervision import TranslationGold, describe_gold, require_gold, scene_ground_truth, translation_gold
 from attnkit.distributed import resolve_device
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
-from attnkit.vocab import Tokenizer, Vocabulary
+from attnkit.vocab import SubwordModel, Tokenizer, Vocabulary, normalise
 
 TASK = "translation"
 
@@ -52,32 +52,31 @@ class TextPipeline:
     def build(
         cls, config: ExperimentConfig, train_pairs: list[tuple[str, str]], source_lang: str, target_lang: str, more_targets: Sequence[str] = ()
     ) -> "TextPipeline":
-        """Vocabularies from the training pairs; ``more_targets``: other target-language text for the target
-        vocabulary (a joint model's captions)."""
+        """Vocabularies (and subword models) from the training pairs; ``more_targets``: other target-language
+        text for the target side (a joint model's captions)."""
         data = config.data
-        source_tokenizer = Tokenizer(data.tokenizer, source_lang)
-        target_tokenizer = Tokenizer(data.tokenizer, target_lang)
-        sources = [source_tokenizer.tokenize(s) for s, _ in train_pairs]
-        targets = [target_tokenizer.tokenize(t) for t in [*(t for _, t in train_pairs), *more_targets]]
-        return cls(
-            source_lang,
-            target_lang,
-            source_tokenizer,
-            target_tokenizer,
-            Vocabulary.build(sources, data.min_freq, data.max_vocab),
-            Vocabulary.build(targets, data.min_freq, data.max_vocab),
-            data.max_source_length,
-        )
+        sources = [source for source, _ in train_pairs]
+        targets = [*(target for _, target in train_pairs), *more_targets]
+        if data.tokenizer.kind == Tokenizer.SUBWORDS:
+            source_tokenizer, target_tokenizer = subword_tokenizers(data.tokenizer, source_lang, target_lang, sources, targets)
+            source_vocab, target_vocab = (Vocabulary.from_subwords(t.subwords) for t in (source_tokenizer, target_tokenizer))
+        else:
+            source_tokenizer, target_tokenizer = Tokenizer(data.tokenizer, source_lang), Tokenizer(data.tokenizer, target_lang)
+            source_vocab = Vocabulary.build(map(source_tokenizer.tokenize, sources), data.min_freq, data.max_vocab)
+            target_vocab = Vocabulary.build(map(target_tokenizer.tokenize, targets), data.min_freq, data.max_vocab)
+        return cls(source_lang, target_lang, source_tokenizer, target_tokenizer, source_vocab, target_vocab, data.max_source_length)
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint) -> "TextPipeline":
         config = from_dict(ExperimentConfig, checkpoint.config)
         languages = checkpoint.config["data"]
+        source_lang, target_lang = languages["source_lang"], languages["target_lang"]
+        subwords = {side: SubwordModel(proto) for side, proto in checkpoint.subword_models.items()}  # checked against the vocabularies on load
         return cls(
-            languages["source_lang"],
-            languages["target_lang"],
-            Tokenizer(config.data.tokenizer, languages["source_lang"]),
-            Tokenizer(config.data.tokenizer, languages["target_lang"]),
+            source_lang,
+            target_lang,
+            Tokenizer(config.data.tokenizer, source_lang, subwords.get("source")),
+            Tokenizer(config.data.tokenizer, target_lang, subwords.get("target")),
             Vocabulary(checkpoint.vocabularies["source"]),
             Vocabulary(checkpoint.vocabularies["target"]),
             config.data.max_source_length,
@@ -86,6 +85,12 @@ class TextPipeline:
     @property
     def vocabularies(self) -> dict[str, list[str]]:
         return {"source": self.source_vocab.to_list(), "target": self.target_vocab.to_list()}
+
+    @property
+    def subword_models(self) -> dict[str, bytes]:
+        """The serialised subword model of each side (none for word-level tokenisers): checkpoints carry them."""
+        tokenizers = {"source": self.source_tokenizer, "target": self.target_tokenizer}
+        return {side: t.subwords.proto for side, t in tokenizers.items() if t.subwords is not None}
 
     def encode_pairs(self, pairs: list[tuple[str, str]], max_source: int, max_target: int, gold_of: TranslationGold | None = None) -> ParallelTextDataset:
         """Training pairs as ids; pairs with an empty side or over the length limits are skipped.
@@ -210,6 +215,29 @@ class Translator:
         return {**scores, "sentences": len(pairs), "untranslatable": failed, "beam_size": beam_size or self.search.beam_size}
 
 
+def describe_subwords(config: TokenizerConfig) -> str:
+    """" (unigram subwords, joint)" for a log line; empty for word-level tokenisers."""
+    if config.kind != Tokenizer.SUBWORDS:
+        return ""
+    return f" ({config.algorithm} subwords{', joint' if config.joint else ''}{'' if config.lowercase else ', cased'})"
+
+
+def subword_tokenizers(
+    config: TokenizerConfig, source_lang: str, target_lang: str, sources: Sequence[str], targets: Sequence[str]
+) -> tuple[Tokenizer, Tokenizer]:
+    """Source and target tokenisers with sentencepiece models trained on the training text (one model
+    for both sides when ``config.joint``)."""
+
+    def train(texts: Sequence[str], what: str) -> SubwordModel:
+        return SubwordModel.train([normalise(text, config) for text in texts], config.algorithm, config.vocab_size, what)
+
+    if config.joint:
+        source_model = target_model = train([*sources, *targets], f"joint {source_lang}+{target_lang}")
+    else:
+        source_model, target_model = train(sources, source_lang), train(targets, target_lang)
+    return Tokenizer(config, source_lang, source_model), Tokenizer(config, target_lang, target_model)
+
+
 def translation_validation(model: nn.Module, pipeline: TextPipeline, config: ExperimentConfig, pairs: list[tuple[str, str]]) -> dict:
     """BLEU and chrF of free-running decoding (``train.valid_beam_size``) on validation pairs."""
     translator = Translator(model, pipeline, config.search, next(model.parameters()).device)
@@ -243,13 +271,16 @@ def prepare_translation(config: ExperimentConfig, resume: Checkpoint | None, con
 
     notes = [
         f"{source_lang}->{target_lang}: {len(dataset)} training pairs (of {len(train_pairs)}), {len(valid_pairs)} validation; "
-        f"vocabulary {len(pipeline.source_vocab)} / {len(pipeline.target_vocab)}",
+        f"vocabulary {len(pipeline.source_vocab)} / {len(pipeline.target_vocab)}{describe_subwords(config.data.tokenizer)}",
         *describe_gold(dataset.gold, "training pairs"),
         describe_parameters(model),
     ]
     objective = Seq2SeqObjective.from_config(config.train, pipeline.target_vocab.pad_index)
     collate = partial(collate_pairs, gold=dataset.gold)
-    return TaskSetup(config, model, objective, dataset, collate, validate, pipeline.vocabularies, validation_examples=len(valid_pairs), notes=notes)
+    return TaskSetup(
+        config, model, objective, dataset, collate, validate, pipeline.vocabularies,
+        subword_models=pipeline.subword_models, validation_examples=len(valid_pairs), notes=notes,
+    )  # fmt: skip
 
 
 def train_translation(

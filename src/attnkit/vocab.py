@@ -1,13 +1,16 @@
-"""Word vocabularies and tokenisers.
+"""Vocabularies and tokenisers.
 
 A :class:`Vocabulary` maps words to ids with four fixed specials (``<pad>`` 0,
 ``<unk>`` 1, ``<bos>`` 2, ``<eos>`` 3) and serialises to a plain list, so it is
 saved inside checkpoints. A :class:`Tokenizer` turns raw text into words and
-back (sacremoses Moses rules, nltk's download-free word tokenizer, or spaces).
+back (sacremoses Moses rules, nltk's download-free word tokenizer, or spaces),
+or into the subword pieces of a :class:`SubwordModel` (sentencepiece), whose
+trained model travels inside the checkpoint as bytes.
 """
 
 from __future__ import annotations
 
+import io
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from functools import cached_property
@@ -61,6 +64,11 @@ class Vocabulary:
                 words.append(self.words[i])
         return words
 
+    @classmethod
+    def from_subwords(cls, model: "SubwordModel") -> "Vocabulary":
+        """The subword model's pieces, in its id order (its ids are this vocabulary's)."""
+        return cls(model.pieces)
+
     def to_list(self) -> list[str]:
         return list(self.words)
 
@@ -68,16 +76,92 @@ class Vocabulary:
         return isinstance(other, Vocabulary) and self.words == other.words
 
 
+class SubwordModel:
+    """A trained sentencepiece model: text <-> subword pieces.
+
+    Trained with attnkit's four specials at ids 0-3 (``<pad> <unk> <bos> <eos>``), so its piece list is a
+    :class:`Vocabulary` with the same ids. ``proto`` (the serialised model) is what checkpoints store.
+    """
+
+    def __init__(self, proto: bytes):
+        import sentencepiece
+
+        self.proto = bytes(proto)
+        self.processor = sentencepiece.SentencePieceProcessor()
+        try:
+            self.processor.LoadFromSerializedProto(self.proto)
+        except (RuntimeError, OSError):  # bytes that are no sentencepiece model
+            raise UserError("not a valid sentencepiece model: the bytes do not parse") from None
+        if self.pieces[: len(SPECIALS)] != list(SPECIALS):
+            raise UserError(f"this sentencepiece model was not trained by attnkit (its first pieces are not {' '.join(SPECIALS)})")
+
+    @classmethod
+    def train(cls, sentences: Sequence[str], algorithm: str, vocab_size: int, what: str) -> "SubwordModel":
+        """A model of ``vocab_size`` pieces (specials included) trained on ``sentences`` (normalised already)."""
+        import sentencepiece
+
+        if not any(sentence.strip() for sentence in sentences):
+            raise UserError(f"cannot train the {what} subword model: no training text")
+        written = io.BytesIO()
+        try:
+            sentencepiece.SentencePieceTrainer.train(
+                sentence_iterator=iter(sentences),
+                model_writer=written,
+                model_type=algorithm,
+                vocab_size=vocab_size,
+                character_coverage=1.0,  # every character of the training text gets a piece: no <unk> for rare letters
+                pad_id=0, unk_id=1, bos_id=2, eos_id=3,
+                pad_piece=PAD, unk_piece=UNK, bos_piece=BOS, eos_piece=EOS,
+                num_threads=1,  # the same model on every rank of a distributed run, whatever the machine
+                minloglevel=2,  # its progress lines would drown the training log
+            )
+        except RuntimeError as error:
+            message = _first_line(error)
+            if "Vocabulary size" in message:  # "Vocabulary size too high (8000). Please set it to a value <= 1836."
+                message = message[message.index("Vocabulary size"):]
+                raise UserError(f"cannot train the {what} subword model: {message} (data.tokenizer.vocab_size)") from None
+            raise UserError(f"cannot train the {what} subword model: {message}") from None
+        return cls(written.getvalue())
+
+    @cached_property
+    def pieces(self) -> list[str]:
+        return [self.processor.IdToPiece(i) for i in range(self.processor.GetPieceSize())]
+
+    def encode(self, text: str) -> list[str]:
+        return self.processor.EncodeAsPieces(text)
+
+    def decode(self, pieces: Sequence[str]) -> str:
+        """Detokenised text; pieces the model does not know read as its unknown sign (⁇)."""
+        return self.processor.DecodeIds([self.processor.PieceToId(piece) for piece in pieces])
+
+
+def normalise(text: str, config: TokenizerConfig) -> str:
+    """The text as tokenising sees it (stripped; lower-cased when the config says so)."""
+    text = text.strip()
+    return text.lower() if config.lowercase else text
+
+
+def _first_line(error: BaseException) -> str:
+    """sentencepiece's message without its "INTERNAL: file(line) [check] " prefix."""
+    lines = str(error).strip().splitlines()
+    line = lines[0] if lines else type(error).__name__
+    return line.split("] ", 1)[-1][:300]
+
+
 class Tokenizer:
     """Raw text <-> words for one language, as the config says."""
 
-    KINDS = ("moses", "nltk", "space")
+    KINDS = ("moses", "nltk", "space", "sentencepiece")
+    SUBWORDS = "sentencepiece"
 
-    def __init__(self, config: TokenizerConfig, lang: str):
+    def __init__(self, config: TokenizerConfig, lang: str, subwords: SubwordModel | None = None):
         if config.kind not in self.KINDS:
             raise UserError(f"tokenizer kind must be one of {', '.join(self.KINDS)}, got '{config.kind}'")
+        if (config.kind == self.SUBWORDS) != (subwords is not None):
+            raise ValueError("a sentencepiece tokenizer needs its trained model; the word-level ones take none")
         self.config = config
         self.lang = lang
+        self.subwords = subwords
 
     @cached_property
     def _moses(self):
@@ -92,9 +176,9 @@ class Tokenizer:
         return NLTKWordTokenizer()
 
     def tokenize(self, text: str) -> list[str]:
-        text = text.strip()
-        if self.config.lowercase:
-            text = text.lower()
+        text = normalise(text, self.config)
+        if self.subwords is not None:
+            return self.subwords.encode(text)
         if self.config.kind == "moses":
             return self._moses[0].tokenize(text, escape=False, aggressive_dash_splits=False)
         if self.config.kind == "nltk":
@@ -102,6 +186,8 @@ class Tokenizer:
         return text.split()
 
     def detokenize(self, words: Sequence[str]) -> str:
+        if self.subwords is not None:
+            return self.subwords.decode(words)
         if self.config.kind == "moses":
             return self._moses[1].detokenize(list(words))
         if self.config.kind == "nltk":
