@@ -47,6 +47,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=positive_int, default=64)
     parser.add_argument("--limit", type=non_negative_int, default=0, help="score only the first N pairs or images (0: all)")
     parser.add_argument("--output", metavar="FILE", help="translation: also write the translations here, one per line")
+    parser.add_argument("--replace-unk", action="store_true", help="translation: the source word the attention peaks on in place of each <unk>")
     parser.add_argument("--cache", metavar="DIR", help="captioning: feature cache folder for a frozen encoder (default: none)")
     parser.add_argument("--task", choices=("caption", "translate"), help="a joint (multitask) checkpoint with --split: which task to score")
     parser.add_argument("--device", default="auto")
@@ -58,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     checkpoint = load_checkpoint(args.checkpoint)
     task = checkpoint.task
     if task == MULTITASK:  # a joint model does both: the inputs (or --task) say which
-        if args.source or args.reference or args.output or args.task == "translate":
+        if args.source or args.reference or args.output or args.replace_unk or args.task == "translate":
             task = TRANSLATION
         elif args.images or args.captions or args.task == "caption":
             task = CAPTIONING
@@ -113,12 +114,13 @@ def evaluate_translation(args: argparse.Namespace, checkpoint) -> dict:
     if args.limit > 0:
         pairs = pairs[: args.limit]
     translator = Translator.from_checkpoint(checkpoint, device=args.device)
-    return {**what, **translator.evaluate(pairs, beam_size=args.beam, batch_size=args.batch_size, hypotheses_file=args.output)}
+    scores = translator.evaluate(pairs, beam_size=args.beam, batch_size=args.batch_size, hypotheses_file=args.output, replace_unknown=args.replace_unk)
+    return {**what, **scores}
 
 
 def evaluate_captioning(args: argparse.Namespace, checkpoint) -> dict:
-    if args.source or args.reference or args.output:
-        raise UserError("--source/--reference/--output are for translation checkpoints; this one captions (use --images/--captions)")
+    if args.source or args.reference or args.output or args.replace_unk:
+        raise UserError("--source/--reference/--output/--replace-unk are for translation checkpoints; this one captions (use --images/--captions)")
     if bool(args.images) != bool(args.captions):
         raise UserError("--images and --captions go together")
     if bool(args.split) == bool(args.images):

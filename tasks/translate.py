@@ -33,6 +33,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", required=True, help="a translation checkpoint (best.pt)")
     parser.add_argument("--input", metavar="FILE", help="translate each line of this UTF-8 file")
     parser.add_argument("--attention-png", metavar="OUT.png", help="write the source x output attention matrix (OUT-<n>.png per sentence when several)")
+    parser.add_argument("--replace-unk", action="store_true", help="write the source word the attention peaks on in place of each <unk> (word-level vocabularies)")
     add_search_arguments(parser, batch_size=64)
     return parser
 
@@ -63,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ahead = list(islice(sentences, 1))  # is this sentence the only one? read one line ahead to know
                 several = bool(ahead)
                 sentences = chain(ahead, sentences)
-        results = translator.translate(batch, beam_size=beam, batch_size=args.batch_size, n_best=args.n_best)
+        results = translator.translate(batch, beam_size=beam, batch_size=args.batch_size, n_best=args.n_best, replace_unknown=args.replace_unk)
         for number, nbest in enumerate(results, count + 1):
             failures += print_translations(number, nbest, args.n_best, translator.pipeline.max_source_length)
         sys.stdout.flush()

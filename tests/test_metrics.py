@@ -1,4 +1,5 @@
-"""Caption metrics: known values, every reference counts, METEOR skipped cleanly without Java."""
+"""Caption metrics (known values, every reference counts, METEOR skipped cleanly without Java) and
+translation BLEU, cased and lower-cased."""
 
 import pytest
 
@@ -51,3 +52,14 @@ def test_meteor_is_skipped_with_a_notice_without_java(monkeypatch):
 def test_mismatched_lengths_are_an_error():
     with pytest.raises(ValueError):
         metrics.caption_scores(HYPS, REFS[:1])
+
+
+@pytest.mark.parametrize("lowercase", [False, True])
+def test_translation_bleu_reports_both_cased_and_lowercased(lowercase):
+    hypotheses = ["i'm glad you came.", "The cat sat on the mat."]
+    references = [["I'm glad you came."], ["The cat sat on the mat."]]
+    scores = metrics.translation_scores(hypotheses, references, lowercase=lowercase)
+    assert scores["bleu_lowercased"] == 100.0 and scores["bleu_cased"] < 100.0
+    assert "case:mixed" in scores["bleu_cased_signature"] and "case:lc" in scores["bleu_lowercased_signature"]
+    own = "bleu_lowercased" if lowercase else "bleu_cased"
+    assert scores["bleu"] == scores[own] and scores["bleu_signature"] == scores[f"{own}_signature"]

@@ -47,10 +47,27 @@ def test_translate_from_a_file_and_stdin_with_n_best(checkpoint, tmp_path, capsy
     assert len(lines) == 2 and all(line.startswith("1\t") for line in lines)
 
 
+def test_translate_replace_unk_copies_the_source_word_the_attention_peaks_on(checkpoint, capsys, monkeypatch):
+    """A stub search that emits <unk> looking at source position 1, then "A" looking at position 0."""
+    import attnkit.translation
+    from attnkit.search import Hypothesis
+    from attnkit.vocab import Vocabulary
+
+    target = Vocabulary(load_checkpoint(checkpoint).vocabularies["target"])
+    attention = torch.tensor([[0.1, 0.8, 0.1], [0.7, 0.2, 0.1], [0.3, 0.3, 0.4]])  # (output steps incl. <eos>, source words)
+    stub = Hypothesis([target.unk_index, target.index["A"]], -1.0, -2.0, attention, True)
+    monkeypatch.setattr(attnkit.translation, "search", lambda decoder, encoded, *args: [[stub] for _ in range(encoded.memory.size(0))])
+    assert run_cli(translate.main, ["--checkpoint", str(checkpoint), "a Zork b"]) == 0
+    assert capsys.readouterr().out.split() == ["<unk>", "A"]
+    assert run_cli(translate.main, ["--checkpoint", str(checkpoint), "--replace-unk", "a Zork b"]) == 0
+    assert capsys.readouterr().out.split() == ["Zork", "A"]  # the unknown source word, copied
+
+
 def test_evaluate_prints_bleu_and_chrf_json(checkpoint, toy_data, capsys, tmp_path):
     assert run_cli(evaluate.main, ["--checkpoint", str(checkpoint), "--split", "test", "--beam", "2"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert {"bleu", "chrf", "bleu_signature", "sentences"} <= set(scores) and scores["sentences"] == 60
+    assert "case:mixed" in scores["bleu_cased_signature"] and "case:lc" in scores["bleu_lowercased_signature"]  # both variants, always
     source, reference = toy_data / "test.src", toy_data / "test.tgt"
     output = tmp_path / "hypotheses.txt"
     argv = ["--checkpoint", str(checkpoint), "--source", str(source), "--reference", str(reference), "--limit", "5", "--output", str(output)]

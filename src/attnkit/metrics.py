@@ -17,21 +17,28 @@ def _reference_streams(references: Sequence[Sequence[str]]) -> list[list[str | N
 def translation_scores(hypotheses: Sequence[str], references: Sequence[Sequence[str]], lowercase: bool = False) -> dict[str, float | str]:
     """sacreBLEU BLEU and chrF of detokenised ``hypotheses`` against one or more references each.
 
-    Scores are on raw (detokenised) text with sacreBLEU's own 13a tokenisation,
-    the comparable way; ``lowercase`` makes BLEU case-insensitive. The signatures
-    say exactly how each number was computed.
+    Scores are on raw (detokenised) text with sacreBLEU's own 13a tokenisation, the comparable way.
+    ``bleu`` is the model's own score: case-insensitive when ``lowercase`` (a model that writes lower
+    case), else sacreBLEU's case-sensitive default; ``bleu_cased`` and ``bleu_lowercased`` are both
+    variants, whatever the model. Each signature says exactly how its number was computed.
     """
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} reference sets")
     streams = _reference_streams(references)
-    bleu, chrf = BLEU(lowercase=lowercase), CHRF(lowercase=lowercase)
-    bleu_score = bleu.corpus_score(list(hypotheses), streams)
+    bleu = {}
+    for name, case_insensitive in (("bleu_cased", False), ("bleu_lowercased", True)):
+        metric = BLEU(lowercase=case_insensitive)
+        bleu[name] = round(metric.corpus_score(list(hypotheses), streams).score, 2)
+        bleu[f"{name}_signature"] = str(metric.get_signature())
+    chrf = CHRF(lowercase=lowercase)
     chrf_score = chrf.corpus_score(list(hypotheses), streams)
+    own = "bleu_lowercased" if lowercase else "bleu_cased"
     return {
-        "bleu": round(bleu_score.score, 2),
+        "bleu": bleu[own],
         "chrf": round(chrf_score.score, 2),
-        "bleu_signature": str(bleu.get_signature()),
+        "bleu_signature": bleu[f"{own}_signature"],
         "chrf_signature": str(chrf.get_signature()),
+        **bleu,
     }
 
 

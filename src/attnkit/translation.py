@@ -27,11 +27,11 @@ from attnkit.files import write_text_atomic
 from attnkit.interfaces import EncoderOutput
 from attnkit.metrics import translation_scores
 from attnkit.model import MULTITASK, EncoderDecoder, Seq2SeqObjective, build_model, build_translation_model, describe_parameters
-from attnkit.search import search
+from attnkit.search import Hypothesis, search
 from attnkit.supervision import TranslationGold, describe_gold, require_gold, scene_ground_truth, translation_gold
 from attnkit.distributed import resolve_device
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
-from attnkit.vocab import SubwordModel, Tokenizer, Vocabulary, normalise
+from attnkit.vocab import UNK, SubwordModel, Tokenizer, Vocabulary, normalise
 
 TASK = "translation"
 
@@ -159,11 +159,15 @@ class Translator:
         return self.model.encode(source)
 
     @torch.no_grad()
-    def translate(self, sentences: list[str], beam_size: int | None = None, batch_size: int = 64, n_best: int = 1) -> list[list[Translation]]:
+    def translate(
+        self, sentences: list[str], beam_size: int | None = None, batch_size: int = 64, n_best: int = 1, replace_unknown: bool = False
+    ) -> list[list[Translation]]:
         """The ``n_best`` translations of each sentence, in input order.
 
         Sentences that cannot be translated get one Translation with ``error`` set;
         overlong ones are truncated to ``max_source_length`` words (``truncated``).
+        ``replace_unknown``: each ``<unk>`` of the output becomes the source word its step's attention
+        peaks on (:func:`replace_unknown_words`).
         """
         beam = beam_size or self.search.beam_size
         results: list[list[Translation] | None] = [None] * len(sentences)
@@ -181,11 +185,13 @@ class Translator:
             found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam, n_best)
             for i, hypotheses in zip(chunk, found):
                 words, truncated = prepared[i]
-                results[i] = [self._translation(sentences[i], words, truncated, h) for h in hypotheses]
+                results[i] = [self._translation(sentences[i], words, truncated, h, replace_unknown) for h in hypotheses]
         return results  # type: ignore[return-value]
 
-    def _translation(self, sentence: str, source_words: list[str], truncated: bool, hypothesis) -> Translation:
+    def _translation(self, sentence: str, source_words: list[str], truncated: bool, hypothesis: Hypothesis, replace_unknown: bool) -> Translation:
         words = self.pipeline.target_vocab.decode(hypothesis.tokens)
+        if replace_unknown:
+            words = replace_unknown_words(words, source_words, hypothesis.attention)
         return Translation(
             source=sentence,
             source_words=source_words,
@@ -198,7 +204,12 @@ class Translator:
         )
 
     def evaluate(
-        self, pairs: list[tuple[str, str]], beam_size: int | None = None, batch_size: int = 64, hypotheses_file: str | Path | None = None
+        self,
+        pairs: list[tuple[str, str]],
+        beam_size: int | None = None,
+        batch_size: int = 64,
+        hypotheses_file: str | Path | None = None,
+        replace_unknown: bool = False,
     ) -> dict:
         """sacreBLEU BLEU and chrF of the translations of ``pairs`` against their references.
 
@@ -206,13 +217,27 @@ class Translator:
         """
         if not pairs:
             raise UserError("nothing to evaluate: no sentence pairs")
-        translations = self.translate([s for s, _ in pairs], beam_size, batch_size)
+        translations = self.translate([s for s, _ in pairs], beam_size, batch_size, replace_unknown=replace_unknown)
         hypotheses = [best[0].text for best in translations]
         if hypotheses_file is not None:
             write_text_atomic(hypotheses_file, "".join(line + "\n" for line in hypotheses))
         scores = translation_scores(hypotheses, [[t] for _, t in pairs], lowercase=self.pipeline.target_tokenizer.config.lowercase)
         failed = sum(best[0].error is not None for best in translations)
-        return {**scores, "sentences": len(pairs), "untranslatable": failed, "beam_size": beam_size or self.search.beam_size}
+        return {
+            **scores,
+            "sentences": len(pairs),
+            "untranslatable": failed,
+            "beam_size": beam_size or self.search.beam_size,
+            "unknown_words_replaced": replace_unknown,
+        }
+
+
+def replace_unknown_words(words: Sequence[str], source_words: Sequence[str], attention: Tensor) -> list[str]:
+    """``words`` with each ``<unk>`` replaced by the source word that the attention of the step emitting it
+    peaks on (Luong et al. 2015, "Addressing the Rare Word Problem"; OpenNMT's -replace_unk): a name or a
+    number the vocabulary lacks is usually best copied. ``attention``: (T >= len(words), len(source_words))."""
+    peaks = attention[: len(words)].argmax(dim=-1).tolist()  # (len(words),) the source position each output step looks at most
+    return [source_words[peak] if word == UNK else word for word, peak in zip(words, peaks)]
 
 
 def describe_subwords(config: TokenizerConfig) -> str:
