@@ -8,8 +8,8 @@ folder that ``tasks/train.py`` reads (see ``attnkit.data.text``).
 
 Usage::
 
-    # the embedded demo corpus data/tatoeba-fr-en (tutorial filter, French -> English)
-    python data_scripts/prepare_tatoeba.py --tutorial-filter --out data/tatoeba-fr-en
+    # the embedded demo corpus data/tatoeba-fr-en (the tutorial's pairs, as written in the export)
+    python data_scripts/prepare_tatoeba.py --tutorial-filter --keep-text --out data/tatoeba-fr-en
 
     # the whole corpus, English -> French, raw sentences, 2,000 held out per split
     python data_scripts/prepare_tatoeba.py --source en --target fr --valid 2000 --test 2000 \\
@@ -27,6 +27,8 @@ Options:
                     side starts with one of ``ENG_PREFIXES`` ("i am ", "he s ", ...). The written
                     sentences are the normalised ones (e.g. "I'm tired." -> "i m tired .").
                     Without it, the raw sentences are written as they are (whitespace-stripped).
+--keep-text         with --tutorial-filter: keep the pairs the tutorial keeps, but write them as the
+                    export has them (case, accents, apostrophes and punctuation: "I'm tired.").
 --max-pairs N       keep at most N pairs in all (a random selection of whole source-sentence groups).
 --valid N --test N  pairs held out for validation and test (default 500 each).
 --seed S            shuffling seed (default 0); the same input, options and seed give the same files.
@@ -114,13 +116,13 @@ def keep_pair(english: str, french: str) -> bool:
     )
 
 
-def tutorial_filter(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Normalise (english, french) pairs and keep those the tutorial keeps."""
+def tutorial_filter(pairs: Iterable[tuple[str, str]], keep_text: bool = False) -> list[tuple[str, str]]:
+    """The (english, french) pairs the tutorial keeps: normalised, or as given when ``keep_text``."""
     kept = []
     for english, french in pairs:
-        english, french = normalize_string(english), normalize_string(french)
-        if keep_pair(english, french):
-            kept.append((english, french))
+        normalised = normalize_string(english), normalize_string(french)
+        if keep_pair(*normalised):
+            kept.append((english, french) if keep_text else normalised)
     return kept
 
 
@@ -229,6 +231,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--source", default="fr", help="source language: fr or en (default fr)")
     parser.add_argument("--target", default="en", help="target language: en or fr (default en)")
     parser.add_argument("--tutorial-filter", action="store_true", help="the PyTorch seq2seq tutorial's normalisation and filter (short 'i am / he is ...' pairs)")
+    parser.add_argument("--keep-text", action="store_true", help="with --tutorial-filter: write the kept pairs as the export has them (cased, with accents and apostrophes)")
     parser.add_argument("--max-pairs", type=int, default=None, help="keep at most this many pairs in all (default: all)")
     parser.add_argument("--valid", type=int, default=500, help="validation pairs (default 500)")
     parser.add_argument("--test", type=int, default=500, help="test pairs (default 500)")
@@ -245,6 +248,8 @@ def check_options(args: argparse.Namespace) -> None:
     for option in ("valid", "test"):
         if getattr(args, option) < 0:
             raise UserError(f"--{option} must be 0 or more, not {getattr(args, option)}")
+    if args.keep_text and not args.tutorial_filter:
+        raise UserError("--keep-text goes with --tutorial-filter (without the filter the sentences are kept as they are anyway)")
     if args.max_pairs is not None and args.max_pairs <= args.valid + args.test:
         raise UserError(f"--max-pairs {args.max_pairs} leaves nothing for training after --valid {args.valid} and --test {args.test}")
     if args.out.exists() and not args.out.is_dir():
@@ -259,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw = parse_pairs(text, name)  # (english, french)
 
     if args.tutorial_filter:
-        english_french = tutorial_filter(raw)
+        english_french = tutorial_filter(raw, keep_text=args.keep_text)
     else:
         english_french = [(clean(english), clean(french)) for english, french in raw]
     # The writer strips lines; anything splitlines() would break on must not survive either.
@@ -289,6 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "source": args.source,
             "target": args.target,
             "tutorial_filter": args.tutorial_filter,
+            "keep_text": args.keep_text,
             "max_pairs": args.max_pairs,
             "valid": args.valid,
             "test": args.test,
@@ -297,7 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "preprocessing": (
             "PyTorch seq2seq tutorial normalizeString (NFD accent stripping, lower case, '.!?' split off, "
             f"other non-letters -> space) and filterPair (< {MAX_LENGTH} words on both sides, English starts "
-            "with one of eng_prefixes); sentences are stored normalised"
+            "with one of eng_prefixes) select the pairs; sentences are stored "
+            + ("as in the export (whitespace-stripped)" if args.keep_text else "normalised")
             if args.tutorial_filter
             else "none: raw sentences, whitespace-stripped"
         ),
@@ -315,7 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         info["options"]["eng_prefixes"] = list(ENG_PREFIXES)
     write_parallel_dataset(args.out, (args.source, args.target), splits, info=info)
     counts = ", ".join(f"{split} {len(pairs):,}" for split, pairs in splits.items())
-    print(f"wrote {args.out}: {counts} pairs ({args.source}->{args.target}{', tutorial filter' if args.tutorial_filter else ''}, seed {args.seed})")
+    selection = ", tutorial filter" + (", text as in the export" if args.keep_text else "") if args.tutorial_filter else ""
+    print(f"wrote {args.out}: {counts} pairs ({args.source}->{args.target}{selection}, seed {args.seed})")
     return 0
 
 

@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     scene_outputs = scene_tour(args, run_dir)
     print(f"\ndone in {time.perf_counter() - started:.0f} s. Outputs:")
     for name, what in [
-        ("best.pt", "checkpoint (try: python tasks/translate.py --checkpoint runs/demo/best.pt \"je suis content .\")"),
+        ("best.pt", "checkpoint (try: python tasks/translate.py --checkpoint runs/demo/best.pt \"Je suis content.\")"),
         ("log.jsonl", "one JSON line per epoch"),
         ("translations.txt", "the sentences above"),
         (attention_png.name, "source x output attention of one translation"),

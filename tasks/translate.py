@@ -1,8 +1,8 @@
 """Translate sentences with a trained checkpoint.
 
-    python tasks/translate.py --checkpoint runs/demo/best.pt "je suis fatigue ."
+    python tasks/translate.py --checkpoint runs/demo/best.pt "Je suis fatigué."
     python tasks/translate.py --checkpoint CK --beam 5 --input sentences.txt > out.txt
-    echo "il est grand ." | python tasks/translate.py --checkpoint CK --attention-png attn.png
+    echo "Il est grand." | python tasks/translate.py --checkpoint CK --attention-png attn.png
 
 Prints one detokenised translation per input line (with --n-best N: N lines of
 ``index<TAB>score<TAB>translation`` per input). A sentence that cannot be

@@ -73,6 +73,7 @@ def test_tutorial_filter_keeps_short_pairs_with_an_english_prefix():
         ("they are all here .", "ils sont tous la ."),
         ("i am not sure what he is doing .", "je ne sais pas ce qu il fait ."),
     ]
+    assert tatoeba.tutorial_filter(pairs, keep_text=True) == [pairs[i] for i in (0, 2, 3, 5)]  # the same pairs, as written
 
 
 # ---------------------------------------------------------------- splitting
@@ -90,6 +91,8 @@ def test_split_is_disjoint_by_source_and_keeps_every_pair():
     assert not sources(splits["train"]) & sources(splits["valid"])
     assert not sources(splits["train"]) & sources(splits["test"])
     assert not sources(splits["valid"]) & sources(splits["test"])
+    english = [target for pairs in splits.values() for _, target in pairs]
+    assert "I'm glad." in english and sum(any(c.isupper() for c in sentence) for sentence in english) > 0.9 * len(english)  # cased, apostrophes kept
     assert Counter(pair for split in splits.values() for pair in split) == Counter(pairs)
 
 
@@ -141,7 +144,7 @@ def test_prepare_tatoeba_writes_a_readable_dataset(tmp_path, capsys):
     assert info["license"].startswith("CC BY 2.0 FR") and "tatoeba.org" in info["attribution"]
     assert "manythings.org" in info["attribution"] and "2017-09-29" in info["source"]
     assert info["options"] == {
-        "source": "fr", "target": "en", "tutorial_filter": True, "max_pairs": None, "valid": 4, "test": 3, "seed": 0,
+        "source": "fr", "target": "en", "tutorial_filter": True, "keep_text": False, "max_pairs": None, "valid": 4, "test": 3, "seed": 0,
         "max_length": 10, "eng_prefixes": list(tatoeba.ENG_PREFIXES),
     }
     assert info["counts"]["duplicates_dropped"] == 1
@@ -181,6 +184,7 @@ def test_prepare_tatoeba_max_pairs_and_plain_text_input(tmp_path):
         (["--zip", "{tmp}/fra-eng.zip", "--valid", "20", "--test", "20"], "leave nothing for training"),
         (["--zip", "{tmp}/fra-eng.zip", "--max-pairs", "10", "--valid", "5", "--test", "5"], "leaves nothing"),
         (["--zip", "{tmp}/garbage.zip"], "not a valid zip"),
+        (["--zip", "{tmp}/fra-eng.zip", "--keep-text"], "goes with --tutorial-filter"),
     ],
 )
 def test_prepare_tatoeba_bad_input(tmp_path, capsys, argv, message):
@@ -322,7 +326,7 @@ def test_embedded_corpus_is_small_attributed_and_split_by_source():
 def test_embedded_corpus_is_reproducible_from_the_shared_export(tmp_path):
     zip_path = needs_shared("tatoeba-eng-fra", "fra-eng.zip")
     options = read_dataset_info(EMBEDDED)["options"]
-    argv = ["--zip", str(zip_path), "--out", str(tmp_path / "again"), "--tutorial-filter",
+    argv = ["--zip", str(zip_path), "--out", str(tmp_path / "again"), "--tutorial-filter", *(["--keep-text"] if options["keep_text"] else []),
             "--source", options["source"], "--target", options["target"],
             "--valid", str(options["valid"]), "--test", str(options["test"]), "--seed", str(options["seed"])]
     tatoeba.main(argv)
