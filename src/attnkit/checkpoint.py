@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import warnings
 import zipfile
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +152,39 @@ def load_weights(model: nn.Module, checkpoint: Checkpoint) -> None:
         model.load_state_dict(given)
     except (RuntimeError, ValueError, TypeError) as error:  # anything the checks above did not foresee
         raise _misfit(_first_line(error)) from None
+
+
+def average_checkpoints(checkpoints: Sequence[Checkpoint], names: Sequence[str]) -> Checkpoint:
+    """One checkpoint whose weights are the mean of ``checkpoints``' (the last few epochs of one run, say):
+    cheap, and usually a little better than any one of them. Inference only (no training state); the
+    config is the last checkpoint's. ``names`` name the checkpoints in errors.
+
+    The checkpoints must be of one model: the same task, vocabularies, subword models and weight names
+    and shapes. Integer buffers (counters) are the last checkpoint's."""
+    if not checkpoints:
+        raise UserError("nothing to average: no checkpoint given")
+    first, last = checkpoints[0], checkpoints[-1]
+    for checkpoint, name in zip(checkpoints[1:], names[1:]):
+        differs = [
+            what
+            for what, same in (
+                ("task", checkpoint.task == first.task),
+                ("vocabularies", checkpoint.vocabularies == first.vocabularies),
+                ("subword models", checkpoint.subword_models == first.subword_models),
+                ("weights", checkpoint.model.keys() == first.model.keys() and all(t.shape == first.model[k].shape for k, t in checkpoint.model.items())),
+            )
+            if not same
+        ]
+        if differs:
+            raise UserError(f"{name} is not a checkpoint of the same model as {names[0]} (its {', '.join(differs)} differ): only one model's checkpoints average")
+    averaged = {}
+    for key, tensor in last.model.items():
+        if tensor.is_floating_point():
+            total = torch.stack([checkpoint.model[key].double() for checkpoint in checkpoints]).mean(dim=0)  # float64: no rounding drift
+            averaged[key] = total.to(tensor.dtype)
+        else:
+            averaged[key] = tensor.clone()
+    return replace(last, model=averaged, training={})
 
 
 # -- reading and checking --------------------------------------------------------------------------------

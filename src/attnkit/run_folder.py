@@ -1,7 +1,8 @@
 """A training run's folder: which files are the run's, who may write them, and what --overwrite removes.
 
-A run writes exactly :data:`RUN_FILES` (and the temporary files of their atomic writes);
-everything else in the folder belongs to the user and is never touched. One process at a
+A run writes exactly :data:`RUN_FILES`, and with ``train.keep_epochs`` the epoch checkpoints
+``epoch-<k>.pt`` (and the temporary files of their atomic writes); everything else in the folder
+belongs to the user and is never touched. One process at a
 time writes a run folder: :meth:`RunFolder.claim` takes an exclusive lock (``flock`` on
 ``.attnkit.lock``, released by the kernel when the process ends, even on SIGKILL), so a
 second training into the same folder gets a clear error instead of mixing two runs.
@@ -13,6 +14,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +31,11 @@ except ImportError:  # pragma: no cover - not on POSIX: runs are not locked
 CHECKPOINTS = ("best.pt", "last.pt")
 RUN_FILES = (*CHECKPOINTS, "config.yaml", "log.jsonl")
 LOCK = ".attnkit.lock"
+EPOCH_CHECKPOINT = re.compile(r"epoch-(\d+)\.pt")  # train.keep_epochs: the weights after epoch <k>
+
+
+def epoch_checkpoint_name(epoch: int) -> str:
+    return f"epoch-{epoch}.pt"
 
 
 class RunFolder:
@@ -93,11 +100,21 @@ class RunFolder:
             self._lock = None
             handle.close()  # closing releases the lock
 
+    def epoch_checkpoints(self) -> dict[int, Path]:
+        """The epoch checkpoints in the folder, by epoch."""
+        found = (EPOCH_CHECKPOINT.fullmatch(path.name) for path in self.path.glob("epoch-*.pt")) if self.path.is_dir() else ()
+        return {int(match.group(1)): self.path / match.group(0) for match in found if match}
+
+    def keep_last_epochs(self, count: int) -> None:
+        """Remove the epoch checkpoints older than the newest ``count``."""
+        epochs = sorted(self.epoch_checkpoints().items())
+        for _, path in epochs[: max(len(epochs) - count, 0)]:
+            path.unlink(missing_ok=True)
+
     def remove_run_files(self) -> list[Path]:
         """``--overwrite``: remove the run's own files (never anything else in the folder); returns what was removed."""
         removed = []
-        for name in RUN_FILES:
-            path = self.path / name
+        for path in [*(self.path / name for name in RUN_FILES), *self.epoch_checkpoints().values()]:
             if path.is_file():
                 path.unlink()
                 removed.append(path)
@@ -105,7 +122,7 @@ class RunFolder:
 
     def _remove_temporaries(self) -> None:
         """Temporary files of writes that a killed process left behind (only the lock holder may remove them)."""
-        for name in RUN_FILES:
+        for name in (*RUN_FILES, "epoch-*.pt"):
             for leftover in temporary_files(self.path / name):
                 leftover.unlink(missing_ok=True)
 

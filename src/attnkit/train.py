@@ -35,7 +35,7 @@ from attnkit.config import ExperimentConfig, TrainConfig, save_config, to_dict
 from attnkit.data.batching import BucketBatchSampler
 from attnkit.distributed import Distributed, ShardedBatchSampler, autocast, choose_threads, resolve_device, resolve_precision
 from attnkit.errors import UserError
-from attnkit.run_folder import RunFolder
+from attnkit.run_folder import RunFolder, epoch_checkpoint_name
 
 Evaluate = Callable[[nn.Module], dict[str, Any]]
 BatchesFor = Callable[[int], torch.utils.data.Sampler]  # global batch size -> an epoch's batches (with set_epoch)
@@ -295,10 +295,15 @@ class Trainer:
         checkpoint = self.checkpoint(random_states)
         # best.pt before last.pt: a kill between the two leaves best.pt ahead, never behind; resuming
         # last.pt redoes the epoch exactly. log.jsonl is rebuilt from the checkpoint's history on resume.
+        folder = RunFolder(self.run_dir)
         if kept:
             save_checkpoint(self.run_dir / "best.pt", checkpoint)
+        if self.config.keep_epochs > 0:  # the weights alone (no training state): what tasks/average.py averages
+            save_checkpoint(self.run_dir / epoch_checkpoint_name(progress.epoch), replace(checkpoint, training={}))
         save_checkpoint(self.run_dir / "last.pt", checkpoint)
-        RunFolder(self.run_dir).write_log(self.history)
+        if self.config.keep_epochs > 0:
+            folder.keep_last_epochs(self.config.keep_epochs)
+        folder.write_log(self.history)
         self.log(
             f"epoch {record['epoch']}: loss {record['train_loss']:.3f}, "
             f"{record['train_tokens_per_s']:.0f} tok/s, valid "

@@ -1,0 +1,43 @@
+"""Average the weights of several checkpoints of one model into one checkpoint (checkpoint averaging).
+
+    python tasks/train.py --config CONFIG --set train.keep_epochs=5      # keeps epoch-<k>.pt of the last 5 epochs
+    python tasks/average.py runs/NAME/epoch-*.pt --out runs/NAME/averaged.pt
+    python tasks/evaluate.py --checkpoint runs/NAME/averaged.pt --split valid
+
+The mean of the weights after the last few epochs is usually a little better than any one of them
+and costs nothing at decoding time. The checkpoints must be of one model (the same task, vocabularies
+and weight shapes); the result holds weights, config and vocabularies only (it translates and
+captions; it cannot be resumed). Compare it with best.pt on the validation split, not the test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from attnkit.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
+from attnkit.cli import check_output_file
+from attnkit.errors import UserError, run_cli
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoints", nargs="+", help="checkpoints of one model (e.g. runs/NAME/epoch-*.pt)")
+    parser.add_argument("--out", required=True, help="where to write the averaged checkpoint")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = get_args_parser().parse_args(argv)
+    check_output_file(args.out, "--out")
+    if len(set(args.checkpoints)) != len(args.checkpoints):
+        raise UserError("a checkpoint is given twice: each one counts once in the mean")
+    checkpoints = [load_checkpoint(path) for path in args.checkpoints]
+    save_checkpoint(args.out, average_checkpoints(checkpoints, args.checkpoints))
+    print(f"wrote {args.out}: the mean of {len(checkpoints)} checkpoints' weights")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

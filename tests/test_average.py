@@ -1,0 +1,66 @@
+"""Checkpoint averaging: train.keep_epochs keeps the last epochs' weights, tasks/average.py averages them."""
+
+import pytest
+import torch
+
+from attnkit.checkpoint import Checkpoint, average_checkpoints, load_checkpoint
+from attnkit.config import to_dict
+from attnkit.errors import UserError, run_cli
+from attnkit.translation import Translator, train_translation
+from conftest import tiny_config, tiny_model
+from tasks import average
+from test_train import toy_config
+
+
+def checkpoint_of(model, vocab) -> Checkpoint:
+    return Checkpoint("translation", to_dict(tiny_config()), {"source": vocab.to_list(), "target": vocab.to_list()}, model.state_dict())
+
+
+def test_the_average_is_the_mean_of_the_weights(vocab):
+    checkpoints = [checkpoint_of(tiny_model(vocab, seed=seed), vocab) for seed in (0, 1, 2)]
+    averaged = average_checkpoints(checkpoints, ["a", "b", "c"])
+    for name, tensor in averaged.model.items():
+        expected = torch.stack([c.model[name] for c in checkpoints]).mean(dim=0)
+        assert torch.allclose(tensor, expected, atol=1e-7), name
+    assert averaged.training == {} and averaged.vocabularies == checkpoints[0].vocabularies
+
+
+def test_checkpoints_of_different_models_do_not_average(vocab):
+    other = tiny_model(vocab, hidden_size=12)  # another decoder size: other weight shapes
+    with pytest.raises(UserError, match="not a checkpoint of the same model.*weights"):
+        average_checkpoints([checkpoint_of(tiny_model(vocab), vocab), checkpoint_of(other, vocab)], ["a.pt", "b.pt"])
+
+
+@pytest.mark.slow
+def test_keep_epochs_then_average_end_to_end(toy_data, tmp_path, capsys):
+    config = toy_config(toy_data, tmp_path / "run", "train.epochs=3", "train.keep_epochs=2", "train.patience=0")
+    train_translation(config, progress_bar=False, log=lambda _: None)
+    run = tmp_path / "run"
+    assert sorted(p.name for p in run.glob("epoch-*.pt")) == ["epoch-2.pt", "epoch-3.pt"]  # epoch 1 was dropped
+    epoch_3 = load_checkpoint(run / "epoch-3.pt")
+    assert epoch_3.training == {}  # weights only
+    assert all(torch.equal(epoch_3.model[k], v) for k, v in load_checkpoint(run / "last.pt").model.items())
+
+    out = tmp_path / "averaged.pt"
+    assert run_cli(average.main, [str(run / "epoch-2.pt"), str(run / "epoch-3.pt"), "--out", str(out)]) == 0
+    assert "the mean of 2 checkpoints" in capsys.readouterr().out
+    assert Translator.from_checkpoint(out, device="cpu").translate(["a b c"])[0][0].error is None
+
+    # --overwrite removes the old run's epoch checkpoints with its other files
+    train_translation(toy_config(toy_data, run, "train.epochs=1"), overwrite=True, progress_bar=False, log=lambda _: None)
+    assert not list(run.glob("epoch-*.pt"))
+
+
+def test_average_bad_input(vocab, tmp_path, capsys):
+    path = tmp_path / "one.pt"
+    from attnkit.checkpoint import save_checkpoint
+
+    save_checkpoint(path, checkpoint_of(tiny_model(vocab), vocab))
+    for argv, message in [
+        ([str(path), str(path), "--out", str(tmp_path / "x.pt")], "given twice"),
+        ([str(tmp_path / "missing.pt"), "--out", str(tmp_path / "x.pt")], "checkpoint not found"),
+        ([str(path), "--out", str(tmp_path)], "--out"),
+    ]:
+        assert run_cli(average.main, argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err and err.count("\n") == 1
