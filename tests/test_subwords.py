@@ -63,6 +63,11 @@ def test_the_vocabulary_is_the_models_pieces_with_attnkits_specials_first():
     assert vocab.encode(pieces) == [model.processor.PieceToId(piece) for piece in pieces]
 
 
+def test_training_is_deterministic_so_every_rank_of_a_distributed_run_builds_the_same_model():
+    first, again = (SubwordModel.train(english_sentences(), "unigram", 45, "English") for _ in range(2))
+    assert first.proto == again.proto
+
+
 def test_a_word_never_seen_becomes_known_pieces_not_unk():
     model = SubwordModel.train(english_sentences(), "unigram", 45, "English")
     vocab = Vocabulary.from_subwords(model)
@@ -109,6 +114,13 @@ def test_the_checkpoint_carries_the_subword_models_and_loads_without_pickled_cod
     copy = save_checkpoint(tmp_path / "copy.pt", load_checkpoint(subword_run))
     after = [best[0].text for best in Translator.from_checkpoint(copy, device="cpu").translate(sentences)]
     assert after == before and all(isinstance(text, str) for text in after)
+
+
+def test_the_translator_reads_an_unseen_word_as_known_pieces(subword_run):
+    translator = Translator.from_checkpoint(subword_run, device="cpu")
+    best = translator.translate(["Anna voit Berlinerin."])[0][0]  # "Berlinerin" is in no training sentence
+    vocab = translator.pipeline.source_vocab
+    assert len(best.source_words) > 3 and vocab.unk_index not in vocab.encode(best.source_words)
 
 
 def test_characters_never_seen_in_training_do_not_crash_translation(subword_run):
