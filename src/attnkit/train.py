@@ -346,11 +346,11 @@ class TaskSetup:
     validate: Evaluate
     vocabularies: dict[str, list[str]]
     parameter_groups: list[dict[str, Any]] | None = None
-    subword_models: dict[str, bytes] = field(default_factory=dict)  # the translation pipeline's sentencepiece models, for checkpoints
     batches: BatchesFor | None = None
     idle_parameters: bool = False  # see Trainer
     validation_examples: int = 1  # examples validate() decodes (training refuses to start with none)
     notes: list[str] = field(default_factory=list)  # lines for the log: data and model sizes
+    subword_models: dict[str, bytes] = field(default_factory=dict)  # the text pipeline's sentencepiece models, for checkpoints
 
 
 Prepare = Callable[[ExperimentConfig, "Checkpoint | None", RunContext], TaskSetup]
