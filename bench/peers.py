@@ -116,10 +116,9 @@ from attnkit.model import count_parameters
 from attnkit.translation import Translator
 from attnkit.vocab import Tokenizer
 from machine import busy_cores, print_result, project_path
+from multi30k import ensure_dataset  # prepares data/multi30k-de-en when missing, as the quality benchmark does
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from data_scripts import prepare_multi30k  # noqa: E402  (the project root is not on sys.path for bench/ scripts)
 
 SOURCE, TARGET = "de", "en"
 RECIPE = ROOT / "tasks/configs/multi30k_de_en.yaml"
@@ -826,13 +825,6 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.threads < 0:
         raise UserError(f"--threads must be at least 1 (or 0: the usable cores), got {args.threads}")
     args.threads = args.threads or usable_cores()
-
-
-def ensure_dataset(folder: Path, data_root: str) -> None:
-    if (folder / "dataset.json").is_file():
-        return
-    argv = ["--source", SOURCE, "--target", TARGET, "--out", str(folder)] + (["--data", data_root] if data_root else [])
-    prepare_multi30k.main(argv)
 
 
 def read_splits(dataset: Path, quick: bool) -> dict[str, list[tuple[str, str]]]:

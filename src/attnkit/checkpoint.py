@@ -27,8 +27,8 @@ import torch
 from torch import nn
 
 from attnkit import __version__
-from attnkit.config import ExperimentConfig, drop_legacy_keys, from_dict, to_dict
-from attnkit.errors import UserError
+from attnkit.config import SUBWORD_TOKENIZER, ExperimentConfig, drop_legacy_keys, from_dict, to_dict
+from attnkit.errors import UserError, first_line
 from attnkit.files import atomic_path
 from attnkit.vocab import SPECIALS, SubwordModel
 
@@ -151,7 +151,7 @@ def load_weights(model: nn.Module, checkpoint: Checkpoint) -> None:
     try:
         model.load_state_dict(given)
     except (RuntimeError, ValueError, TypeError) as error:  # anything the checks above did not foresee
-        raise _misfit(_first_line(error)) from None
+        raise _misfit(first_line(error)[:200]) from None
 
 
 def average_checkpoints(checkpoints: Sequence[Checkpoint], names: Sequence[str]) -> Checkpoint:
@@ -269,7 +269,7 @@ def _valid_subword_models(models: Any, task: str, config: dict[str, Any], vocabu
     """The checkpoint's sentencepiece models, each parsed and checked against its side's vocabulary."""
     if not isinstance(models, dict) or not all(isinstance(side, str) and isinstance(proto, bytes) for side, proto in models.items()):
         raise invalid("its subword models are not a dict of bytes")
-    needed = VOCABULARIES[task] if config["data"]["tokenizer"]["kind"] == "sentencepiece" else ()
+    needed = VOCABULARIES[task] if config["data"]["tokenizer"]["kind"] == SUBWORD_TOKENIZER else ()
     if set(models) != set(needed):
         raise invalid(f"it has subword models for {sorted(models) or 'no side'}; its tokenizer needs them for {list(needed) or 'no side'}")
     for side, proto in models.items():
@@ -289,11 +289,6 @@ def _misfit(what: str) -> UserError:
 def _names(names: list[str]) -> str:
     shown = [name if name.isprintable() else repr(name) for name in names[:3]]  # a damaged name may hold control bytes
     return ", ".join(shown) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0][:200] if lines else type(error).__name__
 
 
 def _short(value: Any) -> str:

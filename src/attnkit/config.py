@@ -32,7 +32,8 @@ from attnkit.files import write_text_atomic
 # back would be a cycle (and would load torch for a config). tests/test_config.py checks that the
 # lists agree.
 TASKS = ("translation", "captioning", "multitask")
-TOKENIZERS = ("moses", "nltk", "space", "sentencepiece")
+SUBWORD_TOKENIZER = "sentencepiece"
+TOKENIZERS = ("moses", "nltk", "space", SUBWORD_TOKENIZER)
 SUBWORD_ALGORITHMS = ("unigram", "bpe")
 RNNS = ("gru", "lstm")
 NO_RNN = "none"
@@ -229,7 +230,7 @@ class ExperimentConfig(_Checked):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.task == "captioning" and self.data.tokenizer.kind == "sentencepiece":
+        if self.task == "captioning" and self.data.tokenizer.kind == SUBWORD_TOKENIZER:
             raise UserError("data.tokenizer.kind: sentencepiece serves translation (and the joint model); a captioning model reads words: use moses, nltk or space")
 
     @property

@@ -30,6 +30,13 @@ class UserError(Exception):
     """Something the user can fix: the message says what and how."""
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an exception's message (its type's name when the message is empty), for a
+    one-line error that quotes a library's own words."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
     """Run a task's ``main``; map a :class:`UserError` (or a full disk, ...) to ``error: ...`` and exit code 2."""
     try:

@@ -32,6 +32,7 @@ CHECKPOINTS = ("best.pt", "last.pt")
 RUN_FILES = (*CHECKPOINTS, "config.yaml", "log.jsonl")
 LOCK = ".attnkit.lock"
 EPOCH_CHECKPOINT = re.compile(r"epoch-(\d+)\.pt")  # train.keep_epochs: the weights after epoch <k>
+EPOCH_CHECKPOINTS = "epoch-*.pt"  # the glob that finds them (and their temporaries)
 
 
 def epoch_checkpoint_name(epoch: int) -> str:
@@ -102,7 +103,7 @@ class RunFolder:
 
     def epoch_checkpoints(self) -> dict[int, Path]:
         """The epoch checkpoints in the folder, by epoch."""
-        found = (EPOCH_CHECKPOINT.fullmatch(path.name) for path in self.path.glob("epoch-*.pt")) if self.path.is_dir() else ()
+        found = (EPOCH_CHECKPOINT.fullmatch(path.name) for path in self.path.glob(EPOCH_CHECKPOINTS)) if self.path.is_dir() else ()
         return {int(match.group(1)): self.path / match.group(0) for match in found if match}
 
     def keep_last_epochs(self, count: int) -> None:
@@ -122,7 +123,7 @@ class RunFolder:
 
     def _remove_temporaries(self) -> None:
         """Temporary files of writes that a killed process left behind (only the lock holder may remove them)."""
-        for name in (*RUN_FILES, "epoch-*.pt"):
+        for name in (*RUN_FILES, EPOCH_CHECKPOINTS):
             for leftover in temporary_files(self.path / name):
                 leftover.unlink(missing_ok=True)
 

@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from functools import cached_property
 
-from attnkit.config import TokenizerConfig
-from attnkit.errors import UserError
+from attnkit.config import SUBWORD_TOKENIZER, TokenizerConfig
+from attnkit.errors import UserError, first_line
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<bos>", "<eos>"
 SPECIALS = (PAD, UNK, BOS, EOS)
@@ -116,7 +116,7 @@ class SubwordModel:
                 minloglevel=2,  # its progress lines would drown the training log
             )
         except RuntimeError as error:
-            message = _first_line(error)
+            message = first_line(error).split("] ", 1)[-1][:300]  # without sentencepiece's "INTERNAL: file(line) [check] "
             if "Vocabulary size" in message:  # "Vocabulary size too high (8000). Please set it to a value <= 1836."
                 message = message[message.index("Vocabulary size"):]
                 raise UserError(f"cannot train the {what} subword model: {message} (data.tokenizer.vocab_size)") from None
@@ -141,18 +141,11 @@ def normalise(text: str, config: TokenizerConfig) -> str:
     return text.lower() if config.lowercase else text
 
 
-def _first_line(error: BaseException) -> str:
-    """sentencepiece's message without its "INTERNAL: file(line) [check] " prefix."""
-    lines = str(error).strip().splitlines()
-    line = lines[0] if lines else type(error).__name__
-    return line.split("] ", 1)[-1][:300]
-
-
 class Tokenizer:
     """Raw text <-> words for one language, as the config says."""
 
     KINDS = ("moses", "nltk", "space", "sentencepiece")
-    SUBWORDS = "sentencepiece"
+    SUBWORDS = SUBWORD_TOKENIZER
 
     def __init__(self, config: TokenizerConfig, lang: str, subwords: SubwordModel | None = None):
         if config.kind not in self.KINDS:
