@@ -5,12 +5,17 @@ Run from the project root::
     python bench/multi30k.py            # full: tasks/configs/multi30k_de_en.yaml, <= 60 min of training
     python bench/multi30k.py --quick    # the same steps on 8,000 pairs for about a minute (a smoke check)
     python bench/multi30k.py --set train.max_minutes=30 --out runs/bench-multi30k-30min
+    python bench/multi30k.py --config tasks/configs/multi30k_de_en_subword.yaml --out runs/bench-multi30k-subword
+    python bench/multi30k.py --evaluate-only --config ... --out RUN   # score a finished run folder again
 
 1. Prepares ``data/multi30k-de-en`` from ``../shared/data/multi30k`` when it is not
    there yet (``data_scripts/prepare_multi30k.py``).
 2. Trains the recipe with the real trainer (validation by greedy free-running
    decoding, sacreBLEU, early stopping; ``train.max_minutes`` caps the training time).
-3. Decodes the 1,000 test sentences with the best checkpoint, greedily and with the
+3. With ``train.keep_epochs`` (the subword recipe keeps five), averages the kept epochs' weights
+   into ``averaged.pt`` and keeps it instead of ``best.pt`` only when it scores higher on the
+   validation split (greedy, as the trainer validates): the test split chooses nothing.
+4. Decodes the 1,000 test sentences with the chosen checkpoint, greedily and with the
    recipe's beam, and scores them with sacreBLEU (BLEU and chrF, detokenised output
    against the raw references): ``bleu`` is the model's own score (lower-cased when the
    recipe lower-cases), and BLEU cased (sacreBLEU's default) and lower-cased are both
@@ -32,10 +37,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from attnkit.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
 from attnkit.config import load_config
 from attnkit.data.text import read_parallel, write_parallel_dataset
-from attnkit.errors import run_cli
+from attnkit.errors import UserError, run_cli
 from attnkit.model import count_parameters
+from attnkit.run_folder import RunFolder
+from attnkit.train import TrainingProgress
 from attnkit.translation import Translator, train_translation
 from machine import busy_cores, print_result
 
@@ -56,6 +64,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="", help="run folder (default runs/bench-multi30k, or runs/bench-multi30k-quick)")
     parser.add_argument("--data", default="", help="data root holding multi30k/ (default $ATTNKIT_DATA, else ../shared/data)")
     parser.add_argument("--quick", action="store_true", help=f"train on {QUICK['train']:,} pairs for about a minute, test on {QUICK['test']}")
+    parser.add_argument("--evaluate-only", action="store_true", help="score the finished run in --out again without training (the same --config and --set)")
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -71,6 +80,22 @@ def quick_subset(folder: Path, into: Path) -> Path:
     """The first QUICK[split] pairs of each split, as a dataset folder of its own."""
     splits = {split: read_parallel(folder, split, SOURCE, TARGET)[:count] for split, count in QUICK.items()}
     return write_parallel_dataset(into, (SOURCE, TARGET), splits, {"name": "multi30k-de-en-quick", "subset_of": str(folder)})
+
+
+def choose_checkpoint(out: Path, valid_pairs: list[tuple[str, str]]) -> tuple[Path, dict]:
+    """best.pt, or the mean of the run's kept epoch checkpoints when that scores higher on validation.
+
+    Both are decoded greedily on the validation pairs, as the trainer validates; a tie keeps best.pt.
+    """
+    kept = sorted(RunFolder(out).epoch_checkpoints().items())
+    if len(kept) < 2:
+        return out / "best.pt", {"chosen": "best.pt", "averaged_epochs": []}
+    paths = [path for _, path in kept]
+    save_checkpoint(out / "averaged.pt", average_checkpoints([load_checkpoint(path) for path in paths], [str(path) for path in paths]))
+    valid_bleu = {name: Translator.from_checkpoint(out / name).evaluate(valid_pairs, beam_size=1)["bleu"] for name in ("best.pt", "averaged.pt")}
+    chosen = max(valid_bleu, key=valid_bleu.get)  # the first of equals: best.pt
+    print(f"validation BLEU (greedy): best.pt {valid_bleu['best.pt']}, mean of epochs {kept[0][0]}-{kept[-1][0]} {valid_bleu['averaged.pt']}: testing {chosen}")
+    return out / chosen, {"chosen": chosen, "averaged_epochs": [epoch for epoch, _ in kept], "valid_bleu_greedy": valid_bleu}
 
 
 def score_test(translator: Translator, pairs: list[tuple[str, str]], beam_size: int, out_file: Path) -> dict:
@@ -92,14 +117,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick:
             overrides += [f"data.path={quick_subset(dataset, Path(scratch) / 'data')}", "train.epochs=3", "train.max_minutes=1"]
         config = load_config(args.config, [*overrides, *args.overrides])  # the user's --set last: they win
-        print(f"multi30k ({mode}): training {config.name} into {out} (a previous run there is replaced)")
+        print(f"multi30k ({mode}): " + (f"scoring the run in {out}" if args.evaluate_only else f"training {config.name} into {out} (a previous run there is replaced)"))
         if busy_before is not None and busy_before >= 0.25:
             print(f"note: other work kept {busy_before} core(s) busy just before the start; training times will be slower than on idle cores")
-        started = time.perf_counter()
-        progress = train_translation(config, overwrite=True, progress_bar=not args.no_progress)
-        train_wall = time.perf_counter() - started
+        if args.evaluate_only:
+            if not RunFolder(out).holds_run():
+                raise UserError(f"--evaluate-only: {out} holds no run (no last.pt); train it first, without --evaluate-only")
+            progress, train_wall = TrainingProgress(**RunFolder(out).standing_progress()), None
+        else:
+            started = time.perf_counter()
+            progress = train_translation(config, overwrite=True, progress_bar=not args.no_progress)
+            train_wall = time.perf_counter() - started
 
-        translator = Translator.from_checkpoint(out / "best.pt")
+        tested, averaging = choose_checkpoint(out, read_parallel(config.data.path, "valid", SOURCE, TARGET))
+        translator = Translator.from_checkpoint(tested)
         test_pairs = read_parallel(config.data.path, "test", SOURCE, TARGET)
         beam = config.search.beam_size
         greedy = score_test(translator, test_pairs, 1, out / "test.greedy.en")
@@ -134,11 +165,12 @@ def main(argv: list[str] | None = None) -> int:
         "bleu_signature": beamed["bleu_signature"],
         "chrf_signature": beamed.get("chrf_signature"),
         "train_minutes": round(progress.seconds / 60, 2),
-        "train_wall_minutes_with_setup": round(train_wall / 60, 2),
+        "train_wall_minutes_with_setup": round(train_wall / 60, 2) if train_wall is not None else None,  # None: --evaluate-only
         "epochs": progress.epoch,
         "stop_reason": progress.stop_reason or "all epochs",
         "best_epoch": best["epoch"],
         "best_valid_bleu": best["valid"]["bleu"],
+        "tested_checkpoint": averaging,
         "parameters": count_parameters(translator.model),
         "vocabulary": {"source": len(translator.pipeline.source_vocab), "target": len(translator.pipeline.target_vocab)},
         "decode_seconds": {"greedy": greedy["decode_seconds"], f"beam{beam}": beamed["decode_seconds"]},

@@ -1,10 +1,14 @@
 """Checkpoint averaging: train.keep_epochs keeps the last epochs' weights, tasks/average.py averages them."""
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from attnkit.checkpoint import Checkpoint, average_checkpoints, load_checkpoint
 from attnkit.config import to_dict
+from attnkit.data.text import read_parallel
 from attnkit.errors import UserError, run_cli
 from attnkit.translation import Translator, train_translation
 from conftest import tiny_config, tiny_model
@@ -32,7 +36,7 @@ def test_checkpoints_of_different_models_do_not_average(vocab):
 
 
 @pytest.mark.slow
-def test_keep_epochs_then_average_end_to_end(toy_data, tmp_path, capsys):
+def test_keep_epochs_then_average_end_to_end(toy_data, tmp_path, capsys, monkeypatch):
     config = toy_config(toy_data, tmp_path / "run", "train.epochs=3", "train.keep_epochs=2", "train.patience=0")
     train_translation(config, progress_bar=False, log=lambda _: None)
     run = tmp_path / "run"
@@ -45,6 +49,16 @@ def test_keep_epochs_then_average_end_to_end(toy_data, tmp_path, capsys):
     assert run_cli(average.main, [str(run / "epoch-2.pt"), str(run / "epoch-3.pt"), "--out", str(out)]) == 0
     assert "the mean of 2 checkpoints" in capsys.readouterr().out
     assert Translator.from_checkpoint(out, device="cpu").translate(["a b c"])[0][0].error is None
+
+    # bench/multi30k.py tests the mean instead of best.pt only when it scores higher on validation
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import multi30k
+
+    tested, choice = multi30k.choose_checkpoint(run, read_parallel(toy_data, "valid", "src", "tgt"))
+    sys.modules.pop("multi30k", None)
+    scores = choice["valid_bleu_greedy"]
+    assert choice["averaged_epochs"] == [2, 3] and set(scores) == {"best.pt", "averaged.pt"}
+    assert tested == run / max(scores, key=scores.get) and (run / "averaged.pt").is_file()
 
     # --overwrite removes the old run's epoch checkpoints with its other files
     train_translation(toy_config(toy_data, run, "train.epochs=1"), overwrite=True, progress_bar=False, log=lambda _: None)
