@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from functools import cached_property
 
-from attnkit.config import SUBWORD_TOKENIZER, TokenizerConfig
+from attnkit.config import SUBWORD_TOKENIZER, TOKENIZERS, TokenizerConfig
 from attnkit.errors import UserError, first_line
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<bos>", "<eos>"
@@ -144,7 +144,7 @@ def normalise(text: str, config: TokenizerConfig) -> str:
 class Tokenizer:
     """Raw text <-> words for one language, as the config says."""
 
-    KINDS = ("moses", "nltk", "space", "sentencepiece")
+    KINDS = TOKENIZERS  # named once, in config (which cannot import this module)
     SUBWORDS = SUBWORD_TOKENIZER
 
     def __init__(self, config: TokenizerConfig, lang: str, subwords: SubwordModel | None = None):
