@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from attnkit.captioning import TASK as CAPTIONING, train_captioning
 from attnkit.checkpoint import load_checkpoint
 from attnkit.config import ExperimentConfig, apply_overrides, from_dict, load_config
-from attnkit.distributed import Distributed
+from attnkit.distributed import Distributed, end_process
 from attnkit.errors import UserError, run_cli
 from attnkit.multitask import TASK as MULTITASK, train_multitask
 from attnkit.translation import TASK as TRANSLATION, train_translation
@@ -65,4 +64,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    end_process(run_cli(main))

@@ -6,6 +6,7 @@ LOCAL_WORLD_SIZE, MASTER_ADDR/PORT in the environment) and calls the recipe as t
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import random
@@ -20,6 +21,7 @@ import torch.multiprocessing as mp
 
 from attnkit.checkpoint import load_checkpoint
 from attnkit.config import load_config
+from attnkit.distributed import end_process
 from attnkit.data.text import write_parallel_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +52,7 @@ def _rank_environment(rank: int, world: int, port: int) -> None:
 
 def _train_worker(rank: int, world: int, port: int, task: str, overrides: list[str], report: str, resume: str) -> None:
     """One rank: train as ``overrides`` say; writes what it printed and its feature-cache counts to ``report``-<rank>.json."""
+    faulthandler.enable()  # a rank that dies on a signal prints where, into the test's captured output
     _rank_environment(rank, world, port)
     torch.set_num_threads(1)
     from attnkit.captioning import train_captioning
@@ -70,6 +73,7 @@ def _train_worker(rank: int, world: int, port: int, task: str, overrides: list[s
     train = {"translation": train_translation, "captioning": train_captioning, "multitask": train_multitask}[task]
     train(load_config(None, overrides), resume=load_checkpoint(resume) if resume else None, progress_bar=False, log=printed.append)
     Path(f"{report}-{rank}.json").write_text(json.dumps({"printed": printed, "cache": cache_counts}))
+    end_process(0)  # as tasks/train.py ends a rank
 
 
 def train_on_two_ranks(task: str, overrides: list[str], report: Path, resume: Path | None = None) -> list[dict]:

@@ -19,9 +19,10 @@ import contextlib
 import datetime
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -33,6 +34,22 @@ T = TypeVar("T")
 # Rank 0 validates and may compute a feature cache while the others wait in a collective;
 # NCCL's default of 10 minutes would end a long validation with a timeout.
 COLLECTIVE_TIMEOUT = datetime.timedelta(hours=2)
+
+
+def end_process(code: int) -> NoReturn:
+    """Exit with ``code``; a rank of a several-process job leaves without the interpreter's teardown.
+
+    DistributedDataParallel keeps gloo's process group and its threads alive after
+    destroy_process_group (PyTorch 2.14; the threads run until the process ends). Tearing the
+    interpreter down beside them can abort a rank (SIGABRT, "terminate called without an active
+    exception") after a run that has finished and written everything, and torchrun then reports
+    the job failed. So a rank flushes what it printed and ends at once; one process exits normally.
+    """
+    if not Distributed.from_environment().enabled:
+        sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def resolve_device(name: str) -> torch.device:
