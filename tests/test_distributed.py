@@ -207,3 +207,15 @@ def test_torchrun_trains_resumes_and_evaluates_the_joint_model(scenes, tmp_path)
     assert epochs_logged(run) == [1, 2]
     scores = run_command(sys.executable, "tasks/evaluate.py", "--checkpoint", str(run / "best.pt"), "--task", "translate", "--split", "test")
     assert "bleu" in scores.lower()
+
+
+@pytest.mark.parametrize(
+    "world_size, teardown_runs", [("2", False), ("1", True), ("two", True)], ids=["a rank of two", "one process", "a malformed environment"]
+)
+def test_end_process_skips_the_teardown_only_for_a_rank_of_several(world_size, teardown_runs):
+    """What was printed still arrives and the exit code is kept; only a rank of a several-process job skips the
+    interpreter's teardown (here: an atexit handler)."""
+    script = "import atexit; from attnkit.distributed import end_process; atexit.register(print, 'teardown'); print('trained'); end_process(3)"
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "WORLD_SIZE": world_size}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3
+    assert done.stdout.split() == (["trained", "teardown"] if teardown_runs else ["trained"])

@@ -45,7 +45,11 @@ def end_process(code: int) -> NoReturn:
     exception") after a run that has finished and written everything, and torchrun then reports
     the job failed. So a rank flushes what it printed and ends at once; one process exits normally.
     """
-    if not Distributed.from_environment().enabled:
+    try:
+        several = Distributed.from_environment().enabled
+    except UserError:  # a malformed torchrun environment: main has already said so (and returned non-zero)
+        several = False
+    if not several:
         sys.exit(code)
     sys.stdout.flush()
     sys.stderr.flush()
