@@ -21,8 +21,8 @@ import torch.multiprocessing as mp
 
 from attnkit.checkpoint import load_checkpoint
 from attnkit.config import load_config
-from attnkit.distributed import end_process
 from attnkit.data.text import write_parallel_dataset
+from attnkit.distributed import end_process
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
