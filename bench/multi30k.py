@@ -82,22 +82,23 @@ def quick_subset(folder: Path, into: Path) -> Path:
     return write_parallel_dataset(into, (SOURCE, TARGET), splits, {"name": "multi30k-de-en-quick", "subset_of": str(folder)})
 
 
-def choose_checkpoint(out: Path, valid_pairs: list[tuple[str, str]]) -> tuple[Path, Translator, dict]:
-    """best.pt, or the mean of the run's kept epoch checkpoints when that scores higher on validation:
-    its path, its translator and what was compared.
+def choose_checkpoint(out: Path, valid_pairs: list[tuple[str, str]]) -> tuple[Translator, dict]:
+    """best.pt, or the mean of the run's kept epoch checkpoints (saved as averaged.pt) when that scores
+    higher on validation: its translator, and what was compared (``chosen`` names the file).
 
     Both are decoded greedily on the validation pairs, as the trainer validates; a tie keeps best.pt.
     """
     kept = sorted(RunFolder(out).epoch_checkpoints().items())
     if len(kept) < 2:
-        return out / "best.pt", Translator.from_checkpoint(out / "best.pt"), {"chosen": "best.pt", "averaged_epochs": []}
+        return Translator.from_checkpoint(out / "best.pt"), {"chosen": "best.pt", "averaged_epochs": []}
     paths = [path for _, path in kept]
-    save_checkpoint(out / "averaged.pt", average_checkpoints([load_checkpoint(path) for path in paths], [str(path) for path in paths]))
-    candidates = {name: Translator.from_checkpoint(out / name) for name in ("best.pt", "averaged.pt")}
+    averaged = average_checkpoints([load_checkpoint(path) for path in paths], [str(path) for path in paths])
+    save_checkpoint(out / "averaged.pt", averaged)
+    candidates = {"best.pt": Translator.from_checkpoint(out / "best.pt"), "averaged.pt": Translator.from_checkpoint(averaged)}
     valid_bleu = {name: translator.evaluate(valid_pairs, beam_size=1)["bleu"] for name, translator in candidates.items()}
     chosen = max(valid_bleu, key=valid_bleu.get)  # the first of equals: best.pt
     print(f"validation BLEU (greedy): best.pt {valid_bleu['best.pt']}, mean of epochs {kept[0][0]}-{kept[-1][0]} {valid_bleu['averaged.pt']}: testing {chosen}")
-    return out / chosen, candidates[chosen], {"chosen": chosen, "averaged_epochs": [epoch for epoch, _ in kept], "valid_bleu_greedy": valid_bleu}
+    return candidates[chosen], {"chosen": chosen, "averaged_epochs": [epoch for epoch, _ in kept], "valid_bleu_greedy": valid_bleu}
 
 
 def score_test(translator: Translator, pairs: list[tuple[str, str]], beam_size: int, out_file: Path) -> dict:
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             progress = train_translation(config, overwrite=True, progress_bar=not args.no_progress)
             train_wall = time.perf_counter() - started
 
-        _, translator, averaging = choose_checkpoint(out, read_parallel(config.data.path, "valid", SOURCE, TARGET))
+        translator, averaging = choose_checkpoint(out, read_parallel(config.data.path, "valid", SOURCE, TARGET))
         test_pairs = read_parallel(config.data.path, "test", SOURCE, TARGET)
         beam = config.search.beam_size
         greedy = score_test(translator, test_pairs, 1, out / "test.greedy.en")

@@ -54,12 +54,12 @@ def test_keep_epochs_then_average_end_to_end(toy_data, tmp_path, capsys, monkeyp
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
     import multi30k
 
-    tested, translator, choice = multi30k.choose_checkpoint(run, read_parallel(toy_data, "valid", "src", "tgt"))
+    translator, choice = multi30k.choose_checkpoint(run, read_parallel(toy_data, "valid", "src", "tgt"))
     sys.modules.pop("multi30k", None)
     scores = choice["valid_bleu_greedy"]
     assert choice["averaged_epochs"] == [2, 3] and set(scores) == {"best.pt", "averaged.pt"}
-    assert tested == run / max(scores, key=scores.get) and (run / "averaged.pt").is_file()
-    tested_weights = load_checkpoint(tested).model  # the translator returned is the chosen checkpoint's
+    assert choice["chosen"] == max(scores, key=scores.get) and (run / "averaged.pt").is_file()
+    tested_weights = load_checkpoint(run / choice["chosen"]).model  # the translator returned is the chosen checkpoint's
     for name, tensor in translator.model.state_dict().items():
         torch.testing.assert_close(tensor, tested_weights[name], msg=name)
 
