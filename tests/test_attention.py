@@ -53,11 +53,6 @@ def test_dot_scores_need_equal_sizes(score):
         Attention(score, query_size=4, memory_size=6, attention_size=3)
 
 
-def test_unknown_score_lists_the_valid_ones():
-    with pytest.raises(UserError, match="additive"):
-        Attention("cosine", 4, 4, 4)
-
-
 def test_masked_softmax_matches_softmax_over_real_positions():
     scores = torch.randn(2, 1, 4)
     mask = torch.tensor([[True, True, False, False], [True, True, True, True]])

@@ -73,11 +73,18 @@ def test_average_bad_input(vocab, tmp_path, capsys):
     from attnkit.checkpoint import save_checkpoint
 
     save_checkpoint(path, checkpoint_of(tiny_model(vocab), vocab))
+    other = tmp_path / "two.pt"
+    save_checkpoint(other, checkpoint_of(tiny_model(vocab, seed=1), vocab))
+    before = path.read_bytes()
     for argv, message in [
         ([str(path), str(path), "--out", str(tmp_path / "x.pt")], "given twice"),
+        ([str(path), str(tmp_path / "." / "one.pt"), "--out", str(tmp_path / "x.pt")], "given twice"),
+        ([str(other), str(path), "--out", str(path)], "is one of the checkpoints to average"),
+        ([str(other), str(path), "--out", str(tmp_path / "sub" / ".." / "one.pt")], "is one of the checkpoints to average"),
         ([str(tmp_path / "missing.pt"), "--out", str(tmp_path / "x.pt")], "checkpoint not found"),
         ([str(path), "--out", str(tmp_path)], "--out"),
     ]:
         assert run_cli(average.main, argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert path.read_bytes() == before and not (tmp_path / "x.pt").exists()

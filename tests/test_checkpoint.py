@@ -87,6 +87,19 @@ def test_a_checkpoint_with_pickled_code_is_refused_without_relaying_torchs_advic
     assert "weights_only" not in str(error.value)
 
 
+def test_a_format_1_checkpoint_names_its_one_encoder_encoder_and_still_loads(tmp_path, vocab):
+    model = tiny_model(vocab, style="bahdanau")
+    old_names = {name.replace("encoders.text.", "encoder."): tensor for name, tensor in model.state_dict().items()}
+    assert any(name.startswith("encoder.") for name in old_names)
+    torch.save(_payload(vocab, model, format_version=1, model=old_names, config=to_dict(tiny_config(style="bahdanau"))), tmp_path / "old.pt")
+    rebuilt = build_translation_model(tiny_config(style="bahdanau"), vocab, vocab).eval()
+    load_weights(rebuilt, load_checkpoint(tmp_path / "old.pt"))
+    source = pad_sequences([[4, 5, 6], [7, 8]])
+    before = beam_search(model.decoder, model.encode(source), 2, 3, beam_size=3, max_length=6)
+    after = beam_search(rebuilt.decoder, rebuilt.encode(source), 2, 3, beam_size=3, max_length=6)
+    assert [[h.tokens for h in hyps] for hyps in before] == [[h.tokens for h in hyps] for hyps in after]
+
+
 def test_other_format_version_is_explained(tmp_path):
     torch.save({"format": "attnkit-checkpoint", "format_version": 99, "attnkit_version": "9.0"}, tmp_path / "future.pt")
     with pytest.raises(UserError, match="format 99"):
@@ -96,7 +109,7 @@ def test_other_format_version_is_explained(tmp_path):
 def _payload(vocab, network, **changes) -> dict:
     payload = {
         "format": "attnkit-checkpoint",
-        "format_version": 1,
+        "format_version": checkpoint_module.FORMAT_VERSION,
         "attnkit_version": "0.1.0",
         "task": "translation",
         "config": to_dict(tiny_config()),

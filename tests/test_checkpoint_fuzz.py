@@ -17,7 +17,7 @@ from collections import Counter
 import pytest
 import torch
 
-from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights, save_checkpoint
+from attnkit.checkpoint import FORMAT_VERSION, Checkpoint, load_checkpoint, load_weights, save_checkpoint
 from attnkit.config import ExperimentConfig, from_dict, to_dict
 from attnkit.errors import UserError
 from attnkit.vocab import Vocabulary
@@ -36,7 +36,7 @@ def _payload(model, vocab) -> dict:
 def _bytes(payload: dict) -> bytes:
     """What save_checkpoint writes, in memory (its fsyncs would double this test's time)."""
     buffer = io.BytesIO()
-    torch.save({"format": "attnkit-checkpoint", "format_version": 1, "attnkit_version": "0.1.0", **payload}, buffer)
+    torch.save({"format": "attnkit-checkpoint", "format_version": FORMAT_VERSION, "attnkit_version": "0.1.0", **payload}, buffer)
     return buffer.getvalue()
 
 
@@ -123,7 +123,7 @@ def _payload_cases(payload: dict):
         yield f"training rng {rng!r:.30}", variant(training={**payload["training"], "rng": rng})
     yield "training with the old torch_rng", variant(training={**{k: v for k, v in payload["training"].items() if k != "rng"}, "torch_rng": torch.get_rng_state()})
     yield "training for inference only", variant(training={})
-    for change in ({"format": "other"}, {"format_version": 2}, {"format_version": "1"}, {"format_version": True}, {"format_version": torch.ones(2)}, {"format": torch.ones(2)}, {"attnkit_version": ["x" * 100]}):
+    for change in ({"format": "other"}, {"format_version": 0}, {"format_version": 1}, {"format_version": FORMAT_VERSION + 1}, {"format_version": "1"}, {"format_version": True}, {"format_version": torch.ones(2)}, {"format": torch.ones(2)}, {"attnkit_version": ["x" * 100]}):
         yield f"header {change}", variant(**change)
     buffer = io.BytesIO()
     torch.save([payload], buffer)

@@ -187,15 +187,26 @@ def test_every_default_is_valid_and_direct_construction_is_checked():
         dataclasses.replace(TrainConfig(), epochs=-1)
 
 
-def test_the_choice_lists_agree_with_the_code_that_uses_them():
-    from attnkit import attention, decoder, model, translation
+def test_each_choice_list_is_the_one_beside_the_code_and_errors_list_it():
+    from attnkit import attention, cells, decoder, model, translation
     from attnkit.captioning import TASK as CAPTIONING
     from attnkit.encoders import image, text
     from attnkit.vocab import Tokenizer
 
-    assert config_module.IMAGE_BACKBONES == image.BACKBONES
-    assert config_module.SCORES == (*attention.SCORES, attention.NO_ATTENTION)
-    assert config_module.RNNS == tuple(decoder.RNNS) == tuple(text.RNNS) and config_module.NO_RNN == text.NO_RNN
+    lists = {
+        "decoder.score": attention.SCORE_FUNCTIONS,
+        "decoder.style": decoder.STYLES,
+        "decoder.init": decoder.INITS,
+        "decoder.rnn": cells.CELLS,
+        "text_encoder.rnn": text.RNNS,
+        "image_encoder.backbone": image.BACKBONES,
+    }
+    for key, names in lists.items():
+        assert load_config(None, [f"{key}={next(iter(names))}"])  # every listed name is valid ...
+        with pytest.raises(UserError, match=f"config key {key}: unknown .* 'nonsense'; choose one of {', '.join(names)}$"):
+            load_config(None, [f"{key}=nonsense"])  # ... and the message lists exactly that list
+    assert attention.SCORES == tuple(name for name in attention.SCORE_FUNCTIONS if name != attention.NO_ATTENTION)
+    assert text.RNNS == (*cells.CELLS, text.NO_RNN)
     assert config_module.TOKENIZERS == Tokenizer.KINDS
     assert set(config_module.TASKS) == {translation.TASK, CAPTIONING, model.MULTITASK}
 

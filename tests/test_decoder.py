@@ -106,7 +106,7 @@ def test_inconsistent_decoder_settings_are_user_errors(settings, message):
 def test_objective_equals_torch_cross_entropy_and_counts_only_real_tokens(vocab):
     import torch.nn.functional as F
 
-    from attnkit.model import Seq2SeqObjective
+    from attnkit.losses import Seq2SeqObjective
 
     model = tiny_model(vocab)
     source, targets = _batch()
@@ -143,7 +143,7 @@ def _smoothed_targets(gold, vocab_size, eps):
 def test_label_smoothing_spreads_its_mass_over_every_word_but_pad_and_bos(vocab):
     import torch.nn.functional as F
 
-    from attnkit.model import Seq2SeqObjective
+    from attnkit.losses import Seq2SeqObjective
 
     eps = 0.1
     model = tiny_model(vocab)
@@ -167,7 +167,7 @@ def test_label_smoothing_spreads_its_mass_over_every_word_but_pad_and_bos(vocab)
 
 
 def test_label_smoothing_never_pushes_pad_or_bos_up():
-    from attnkit.model import Seq2SeqObjective
+    from attnkit.losses import Seq2SeqObjective
 
     torch.manual_seed(0)
     V = 9

@@ -105,6 +105,21 @@ def test_bad_image_encoder_settings_are_one_message(tmp_path):
         ImageEncoder(ImageEncoderConfig(backbone="resnet34", weights=str(tmp_path / "r18.pth")))
 
 
+@pytest.mark.parametrize("failing", ["torch.load", "load_state_dict"])
+def test_a_backbone_error_with_an_empty_message_is_still_one_message(tmp_path, monkeypatch, failing):
+    from attnkit.errors import UserError
+
+    torch.save(torch.nn.Conv2d(3, 4, 3).state_dict(), tmp_path / "w.pth")
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("")  # some library errors carry no text at all
+
+    monkeypatch.setattr(*(("torch.load", fail) if failing == "torch.load" else ("torch.nn.Module.load_state_dict", fail)))
+    expected = "cannot read weights from .*: RuntimeError$" if failing == "torch.load" else r"does not hold weights of this backbone \(RuntimeError\)$"
+    with pytest.raises(UserError, match=expected):
+        ImageEncoder(ImageEncoderConfig(backbone="local_cnn", weights=str(tmp_path / "w.pth"), image_size=32, grid_size=2, memory_size=4))
+
+
 def test_packaged_efficientnet_lite0_weights_load_and_recognise_dogs():
     """The offline ImageNet weights really load: two Flickr8k photos of dogs get dog classes (ImageNet 151-268)."""
     from attnkit.data.images import load_image

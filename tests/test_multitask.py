@@ -4,10 +4,10 @@ from pathlib import Path
 import pytest
 
 from attnkit.config import load_config
-from attnkit.data.batching import BucketBatchSampler, TaskMixSampler
+from attnkit.data.batching import BucketBatchSampler, TaskMixSampler, pad_sequences
 from attnkit.data.scenes import write_scene_dataset
 from attnkit.errors import UserError
-from attnkit.model import MultiTaskModel, build_multitask_model
+from attnkit.model import EncoderDecoder, build_captioning_model, build_multitask_model, build_translation_model
 from attnkit.multitask import TaskMixDataset, train_multitask
 from attnkit.vocab import Vocabulary
 
@@ -69,10 +69,21 @@ def test_task_mix_dataset_finds_each_task():
 def test_the_decoder_is_shared_and_sizes_must_agree(scenes, tmp_path):
     vocab = Vocabulary.build([["w"]])
     model = build_multitask_model(tiny_joint_config(scenes, tmp_path), vocab, vocab, load_weights=False)
-    assert isinstance(model, MultiTaskModel) and set(model.encoders) == {"image", "text"}
+    assert isinstance(model, EncoderDecoder) and set(model.encoders) == {"image", "text"}
     assert model.encoder_for("text").output_size == model.encoder_for("image").output_size
     with pytest.raises(UserError, match="one memory size"):
         build_multitask_model(tiny_joint_config(scenes, tmp_path, "image_encoder.memory_size=10"), vocab, vocab, load_weights=False)
+
+
+def test_a_single_task_model_has_one_encoder_and_a_request_for_another_is_one_clear_message(scenes, tmp_path):
+    vocab = Vocabulary.build([["w"]])
+    config = tiny_joint_config(scenes, tmp_path)
+    captioner, translator = build_captioning_model(config, vocab, load_weights=False), build_translation_model(config, vocab, vocab)
+    assert set(captioner.encoders) == {"image"} and set(translator.encoders) == {"text"}
+    with pytest.raises(UserError, match=r"^this model has no text encoder \(it has an image encoder only\)$"):
+        captioner.encode(pad_sequences([[4, 5]]))
+    with pytest.raises(UserError, match=r"^this model has no image encoder \(it has a text encoder only\)$"):
+        translator.encoder_for("image")
 
 
 def grounding_by_hand(checkpoint: str, split: str, scenes: int, reading: bool, seed: int = 0, size: int = 128) -> tuple[float, float]:
@@ -108,7 +119,8 @@ def grounding_by_hand(checkpoint: str, split: str, scenes: int, reading: bool, s
 
 
 @pytest.mark.slow
-def test_joint_training_then_caption_translate_evaluate_and_compare(scenes, tmp_path, capsys):
+def test_joint_training_then_caption_translate_evaluate_and_compare(scenes, tmp_path, capsys, monkeypatch):
+    from attnkit import model as model_module
     from tasks import caption, compare, evaluate, translate
 
     run = tmp_path / "run"
@@ -128,7 +140,10 @@ def test_joint_training_then_caption_translate_evaluate_and_compare(scenes, tmp_
         evaluate.main(["--checkpoint", checkpoint, "--split", "test"])
 
     out = tmp_path / "compare"
+    built = []
+    monkeypatch.setattr(model_module, "build_multitask_model", lambda *args, **kwargs: built.append(args) or build_multitask_model(*args, **kwargs))
     assert compare.main(["--checkpoint", checkpoint, "--image", str(image), "--source", "un grand cercle rouge", "--target", "a large red circle", "--out", str(out)]) == 0
+    assert len(built) == 1, "the joint checkpoint's model is built once for both of its faces"
     statistics = json.loads((out / "statistics.json").read_text())
     assert len(statistics["per_word"]) == len(statistics["target"].split()) + 1  # every word and <eos>
     assert all("reading" in word for word in statistics["per_word"][:-1]) and set(statistics["reading"]) == {"image", "text"}

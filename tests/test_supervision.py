@@ -10,9 +10,9 @@ from attnkit.data.captions import write_caption_dataset, CaptionedImage
 from attnkit.data.scenes import read_scene_split, write_scene_dataset
 from attnkit.decoder import DecoderOutput
 from attnkit.errors import UserError
-from attnkit.model import Seq2SeqObjective
+from attnkit.losses import Seq2SeqObjective, supervision_loss
 from attnkit.multitask import train_multitask
-from attnkit.supervision import caption_gold, supervision_loss, translation_gold
+from attnkit.supervision import caption_gold, translation_gold
 from test_multitask import grounding_by_hand, tiny_joint_config
 
 
@@ -48,7 +48,7 @@ def test_the_objective_adds_the_weighted_loss_per_example_only_when_asked():
     off = Seq2SeqObjective()(Fixed(), batch)
     on = Seq2SeqObjective(attention_supervision=2.0)(Fixed(), batch)
     expected = 2.0 * supervision_loss(attention, gold.dense(attention)).sum()
-    assert off.penalty_sum == 0 and on.penalty_sum == pytest.approx(expected.item())
+    assert off.per_example_sum == 0 and on.per_example_sum == pytest.approx(expected.item())
     assert on.loss() == pytest.approx((off.loss() + expected / 2).item())  # the penalty is a mean over examples
 
 

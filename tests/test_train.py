@@ -28,7 +28,8 @@ def toy_config(toy_data, run_dir, *overrides):
 @pytest.mark.parametrize("style", ["luong", "bahdanau"])
 def test_a_tiny_model_learns_to_reverse(toy_data, tmp_path, style):
     extra = ["decoder.score=additive", "decoder.rnn=lstm"] if style == "bahdanau" else []
-    config = toy_config(toy_data, tmp_path, "train.epochs=8", f"decoder.style={style}", *extra)
+    # 12 epochs: at 8 the luong model reversed 88 % on an Intel Xeon (98 % and more on AMD EPYC): the margin was too thin
+    config = toy_config(toy_data, tmp_path, "train.epochs=12", f"decoder.style={style}", *extra)
     train_translation(config, progress_bar=False, log=lambda _: None)
     translator = Translator.from_checkpoint(tmp_path / "best.pt", device="cpu")
     pairs = read_parallel(toy_data, "test", "src", "tgt")
@@ -69,7 +70,9 @@ def test_an_existing_run_is_not_overwritten(toy_data, tmp_path):
 
 def test_time_budget_stops_before_an_epoch_that_would_overrun(toy_data, tmp_path):
     config = toy_config(toy_data, tmp_path, "train.epochs=5", "train.max_minutes=0.0001", "train.valid_max_examples=10")
-    progress = train_translation(config, progress_bar=False, log=lambda _: None)
+    lines = []
+    progress = train_translation(config, progress_bar=False, log=lines.append)
+    assert lines[-1].startswith("time budget: it allowed 1 of 5 epochs in ")  # the last thing a budgeted run says
     log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert progress.epoch == 1 and [r.get("stop") for r in log] == ["time budget"]
     saved = load_checkpoint(tmp_path / "last.pt").training["progress"]
@@ -79,7 +82,8 @@ def test_time_budget_stops_before_an_epoch_that_would_overrun(toy_data, tmp_path
 def toy_trainer(config, pairs, run_dir, score: float):
     """A Trainer of the toy translation model whose validation always gives ``score``."""
     from attnkit.data.text import collate_pairs
-    from attnkit.model import Seq2SeqObjective, build_translation_model
+    from attnkit.losses import Seq2SeqObjective
+    from attnkit.model import build_translation_model
     from attnkit.train import CheckpointContents, Trainer
     from attnkit.translation import TextPipeline
 

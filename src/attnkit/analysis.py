@@ -26,6 +26,7 @@ import torch
 from nltk.translate.metrics import alignment_error_rate
 from torch import Tensor
 
+from attnkit.decoder import STYLES
 from attnkit.interfaces import EncoderOutput
 from attnkit.vocab import Vocabulary
 
@@ -239,10 +240,9 @@ def reading_offset(style: str) -> int:
     * ``bahdanau``: a step attends with the previous state, made by the step before from its input,
       then reads its own input; step t's query has read y_{t-1}; w_j is y_{j+1}: step j + 2 (offset 2).
     """
-    offsets = {"luong": 1, "bahdanau": 2}
-    if style not in offsets:
+    if style not in STYLES:
         raise ValueError(f"unknown decoder style '{style}'")
-    return offsets[style]
+    return STYLES[style]  # each style's offset is declared with it
 
 
 def word_attention(steps: Tensor, words: int, style: str, extraction: str) -> Tensor:

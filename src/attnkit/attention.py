@@ -46,6 +46,8 @@ def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
 class AttentionScore(nn.Module):
     """Unnormalised alignment scores between decoder queries and memory."""
 
+    equal_sizes = False  # True: the query and the memory vectors must have one size (Q == D)
+
     def prepare_keys(self, memory: Tensor) -> Tensor:
         """Per-batch projection of memory (B, L, D) -> keys (B, L, K)."""
         return memory
@@ -55,13 +57,18 @@ class AttentionScore(nn.Module):
 
 
 class DotScore(AttentionScore):
+    equal_sizes = True
+
+    def __init__(self, query_size: int, memory_size: int, attention_size: int):
+        super().__init__()
+
     def forward(self, query: Tensor, keys: Tensor) -> Tensor:
         return torch.bmm(query, keys.transpose(1, 2))  # (B, T, L)
 
 
 class ScaledDotScore(DotScore):
-    def __init__(self, memory_size: int):
-        super().__init__()
+    def __init__(self, query_size: int, memory_size: int, attention_size: int):
+        super().__init__(query_size, memory_size, attention_size)
         self.scale = 1.0 / math.sqrt(memory_size)
 
     def forward(self, query: Tensor, keys: Tensor) -> Tensor:
@@ -69,8 +76,10 @@ class ScaledDotScore(DotScore):
 
 
 class GeneralScore(DotScore):
-    def __init__(self, query_size: int, memory_size: int):
-        super().__init__()
+    equal_sizes = False
+
+    def __init__(self, query_size: int, memory_size: int, attention_size: int):
+        super().__init__(query_size, memory_size, attention_size)
         self.memory_projection = nn.Linear(memory_size, query_size, bias=False)  # W
 
     def prepare_keys(self, memory: Tensor) -> Tensor:
@@ -126,34 +135,35 @@ class UniformScore(AttentionScore):
     """No attention, the ablation baseline: equal scores, so every real position weighs the same
     and the context is the mean of the memory (for an image, the mean grid vector)."""
 
+    def __init__(self, query_size: int, memory_size: int, attention_size: int):
+        super().__init__()
+
     def forward(self, query: Tensor, keys: Tensor) -> Tensor:
         return query.new_zeros(query.shape[0], query.shape[1], keys.shape[1])  # (B, T, L)
 
 
-SCORES = ("dot", "general", "concat", "additive", "scaled_dot")
-NO_ATTENTION = "none"  # a score name too, kept out of SCORES: it is not an attention model
+NO_ATTENTION = "none"
+# Every score by its config name (decoder.score): adding a score is its class above and one entry here.
+SCORE_FUNCTIONS: dict[str, type[AttentionScore]] = {
+    "dot": DotScore,
+    "general": GeneralScore,
+    "concat": ConcatScore,
+    "additive": AdditiveScore,
+    "scaled_dot": ScaledDotScore,
+    NO_ATTENTION: UniformScore,  # a score name too, but not an attention model
+}
+SCORES = tuple(name for name in SCORE_FUNCTIONS if name != NO_ATTENTION)  # the attention models
 
 
 def build_score(name: str, query_size: int, memory_size: int, attention_size: int) -> AttentionScore:
-    """The score function called ``name``; sizes are checked here, not at the first batch."""
-    if name in ("dot", "scaled_dot") and query_size != memory_size:
+    """The score function called ``name`` (a valid config name); sizes are checked here, not at the first batch."""
+    score = SCORE_FUNCTIONS[name]
+    if score.equal_sizes and query_size != memory_size:
         raise UserError(
             f"attention score '{name}' needs the decoder hidden size ({query_size}) to equal the "
             f"encoder memory size ({memory_size}); use 'general', 'concat' or 'additive', or change the sizes"
         )
-    if name == "dot":
-        return DotScore()
-    if name == "scaled_dot":
-        return ScaledDotScore(memory_size)
-    if name == "general":
-        return GeneralScore(query_size, memory_size)
-    if name == "concat":
-        return ConcatScore(query_size, memory_size, attention_size)
-    if name == "additive":
-        return AdditiveScore(query_size, memory_size, attention_size)
-    if name == NO_ATTENTION:
-        return UniformScore()
-    raise UserError(f"unknown attention score '{name}'; choose one of {', '.join(SCORES)}, or {NO_ATTENTION} (no attention)")
+    return score(query_size, memory_size, attention_size)
 
 
 class Attention(nn.Module):

@@ -23,7 +23,7 @@ import torch
 from PIL import Image
 from torch import Tensor, nn
 
-from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights
+from attnkit.checkpoint import Checkpoint, load_checkpoint
 from attnkit.config import ExperimentConfig, SearchConfig, from_dict
 from attnkit.data.batching import Batch, batch_gold, pad_sequences
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
@@ -33,7 +33,8 @@ from attnkit.encoders.image import ImageEncoder
 from attnkit.errors import UserError
 from attnkit.interfaces import EncoderOutput, GridFeatures, Pixels
 from attnkit.metrics import caption_scores
-from attnkit.model import MULTITASK, EncoderDecoder, Seq2SeqObjective, build_captioning_model, build_model, describe_parameters
+from attnkit.losses import Seq2SeqObjective
+from attnkit.model import MULTITASK, EncoderDecoder, build_captioning_model, describe_parameters, model_from_checkpoint
 from attnkit.search import search
 from attnkit.supervision import CaptionGold, caption_gold, describe_gold, require_gold, scene_ground_truth
 from attnkit.distributed import resolve_device
@@ -122,13 +123,16 @@ class Captioner:
         self.cache = cache if cache is not None and model.encoder_for("image").is_frozen else None
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: str | Path | Checkpoint, device: str = "auto", cache_dir: str | Path | None = None) -> "Captioner":
+    def from_checkpoint(
+        cls, checkpoint: str | Path | Checkpoint, device: str = "auto", cache_dir: str | Path | None = None, model: EncoderDecoder | None = None
+    ) -> "Captioner":
+        """A captioner from a checkpoint file (or one already loaded); ``model``: its model when already built."""
         if not isinstance(checkpoint, Checkpoint):
             checkpoint = load_checkpoint(checkpoint, task=(TASK, MULTITASK))
         config = from_dict(ExperimentConfig, checkpoint.config)
         pipeline = CaptionPipeline.from_checkpoint(checkpoint)
-        model = build_model(checkpoint.task, config, checkpoint.vocabularies, load_weights=False)
-        load_weights(model, checkpoint)
+        if model is None:
+            model = model_from_checkpoint(checkpoint)
         cache = _feature_cache(model.encoder_for("image"), cache_dir) if cache_dir else None
         return cls(model, pipeline, config.search, resolve_device(device), cache)
 

@@ -33,7 +33,8 @@ from attnkit.files import atomic_path
 from attnkit.vocab import SPECIALS, SubwordModel
 
 FORMAT = "attnkit-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: every model keeps its encoders by kind (encoders.text.*, encoders.image.*); 1 still reads
+ENCODER_OF_FORMAT_1 = {"translation": "text", "captioning": "image"}  # a format-1 single-task model's one encoder (encoder.*)
 
 VOCABULARIES = {"translation": ("source", "target"), "captioning": ("target",), "multitask": ("source", "target")}  # what each task's model needs
 TRAINING = {"progress": dict, "optimizer": dict, "scheduler": dict}  # what Trainer.restore reads (scaler, history: optional)
@@ -108,12 +109,14 @@ def load_checkpoint(path: str | Path, task: str | tuple[str, ...] | None = None,
     if not isinstance(payload, dict) or not isinstance(payload.get("format"), str) or payload["format"] != FORMAT:
         raise UserError(f"{path} is not an attnkit checkpoint")
     version = payload.get("format_version")
-    if type(version) is not int or version != FORMAT_VERSION:  # type: a tensor or True would compare too
+    if type(version) is not int or not 1 <= version <= FORMAT_VERSION:  # type: a tensor or True would compare too
         raise UserError(
-            f"{path} has checkpoint format {_short(version if type(version) is int else repr(version))}, this attnkit ({__version__}) reads format {FORMAT_VERSION}; "
+            f"{path} has checkpoint format {_short(version if type(version) is int else repr(version))}, this attnkit ({__version__}) reads formats 1 to {FORMAT_VERSION}; "
             f"it was written by attnkit {_short(payload.get('attnkit_version'))}"
         )
     checkpoint = _validate(path, payload)
+    if version == 1:
+        checkpoint = _from_format_1(checkpoint)
     accepted = (task,) if isinstance(task, str) else task
     if accepted is not None and checkpoint.task not in accepted:
         raise UserError(f"{path} is a '{checkpoint.task}' checkpoint, but this command needs a {' or '.join(repr(t) for t in accepted)} checkpoint")
@@ -280,6 +283,15 @@ def _valid_subword_models(models: Any, task: str, config: dict[str, Any], vocabu
         if pieces != vocabularies[side]:
             raise invalid(f"its {side} sentencepiece model does not match its {side} vocabulary")
     return models
+
+
+def _from_format_1(checkpoint: Checkpoint) -> Checkpoint:
+    """Format 1 named a single-task model's one encoder ``encoder``; format 2 names it by the kind it reads."""
+    kind = ENCODER_OF_FORMAT_1.get(checkpoint.task)
+    if kind is None:  # the joint model kept its encoders by kind already
+        return checkpoint
+    old, new = "encoder.", f"encoders.{kind}."
+    return replace(checkpoint, model={(new + name[len(old) :] if name.startswith(old) else name): tensor for name, tensor in checkpoint.model.items()})
 
 
 def _misfit(what: str) -> UserError:

@@ -43,6 +43,7 @@ from attnkit.data.scenes import Scene, word_kind
 from attnkit.errors import UserError
 from attnkit.interfaces import EncoderOutput
 from attnkit.metrics import caption_scores, translation_scores
+from attnkit.model import model_from_checkpoint
 from attnkit.translation import Translator
 from attnkit.vocab import EOS
 
@@ -121,7 +122,8 @@ class AttentionComparer:
             if captioning is not None or translation is not None:
                 raise UserError("give a joint checkpoint, or a captioning and a translation checkpoint, not both")
             checkpoint = load_checkpoint(joint, task="multitask")
-            return cls(Captioner.from_checkpoint(checkpoint, device=device), Translator.from_checkpoint(checkpoint, device=device))
+            model = model_from_checkpoint(checkpoint)  # built once: both faces share it
+            return cls(Captioner.from_checkpoint(checkpoint, device=device, model=model), Translator.from_checkpoint(checkpoint, device=device, model=model))
         if captioning is None or translation is None:
             raise UserError("give a joint checkpoint, or both a captioning and a translation checkpoint")
         return cls(Captioner.from_checkpoint(captioning, device=device), Translator.from_checkpoint(translation, device=device))

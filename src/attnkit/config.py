@@ -13,6 +13,7 @@ bad value fails at once with its dotted key instead of deep in training.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import re
 import typing
@@ -27,21 +28,14 @@ import yaml
 from attnkit.errors import UserError
 from attnkit.files import write_text_atomic
 
-# The valid names of the choice fields. They live here, not beside the code that uses them
-# (encoders.image, attention, vocab, ...), because those modules import this one: importing them
-# back would be a cycle (and would load torch for a config). tests/test_config.py checks that the
-# lists agree.
+# The valid names of the choice fields that only configuration and data handling use. The names of what a
+# model is built from (cells, decoder styles, attention scores, image backbones, ...) live beside the code
+# that builds them, each listed once, and reach the rules below through `registered` (see there).
 TASKS = ("translation", "captioning", "multitask")
 SUBWORD_TOKENIZER = "sentencepiece"
 TOKENIZERS = ("moses", "nltk", "space", SUBWORD_TOKENIZER)
 SUBWORD_ALGORITHMS = ("unigram", "bpe")
-RNNS = ("gru", "lstm")
-NO_RNN = "none"
-STYLES = ("luong", "bahdanau")
-SCORES = ("dot", "general", "concat", "additive", "scaled_dot", "none")
-INITS = ("bridge", "zeros")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-IMAGE_BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "efficientnet_lite0", "local_cnn")
 
 # Keys that older attnkit versions wrote (into checkpoints and run folders) and that no longer exist,
 # with why; see drop_legacy_keys.
@@ -57,11 +51,11 @@ class Rule:
 
     test: Callable[[Any], bool]
     text: str
-    choices: tuple[str, ...] = ()  # a choice: the message lists them
+    choices: Callable[[], Iterable[str]] | None = None  # a choice: the valid names, which the message lists
 
     def message(self, key: str, value: Any) -> str:
-        if self.choices:
-            return f"config key {key}: unknown {self.text} {value!r}; choose one of {', '.join(self.choices)}"
+        if self.choices is not None:
+            return f"config key {key}: unknown {self.text} {value!r}; choose one of {', '.join(self.choices())}"
         return f"config key {key} must be {self.text}, got {value!r}"
 
 
@@ -95,7 +89,21 @@ BELOW_ONE = between(0, 1, high_open=True)  # dropout, label smoothing: 1 would d
 
 
 def one_of(*choices: str, what: str) -> Rule:
-    return Rule(lambda value: value in choices, what, choices)
+    return Rule(lambda value: value in choices, what, lambda: choices)
+
+
+def registered(module: str, name: str, what: str) -> Rule:
+    """A choice among the names that ``module``'s ``name`` (a tuple, or a dict keyed by name) lists.
+
+    The list lives beside the code that implements its entries (adding a score, a style or a backbone
+    is one edit there) and is read when a value is checked, not when this module is imported: those
+    modules import this one, and importing them here would be a cycle (and load torch for a config).
+    """
+
+    def names() -> tuple[str, ...]:
+        return tuple(getattr(importlib.import_module(module), name))
+
+    return Rule(lambda value: value in names(), what, names)
 
 
 def matching(pattern: str, text: str) -> Rule:
@@ -143,14 +151,14 @@ class TextEncoderConfig(_Checked):
     embedding_size: int = checked(256, at_least(1))
     hidden_size: int = checked(256, at_least(1))  # per direction; memory size D is 2x this when bidirectional
     num_layers: int = checked(1, at_least(1))
-    rnn: str = checked("gru", one_of(*RNNS, NO_RNN, what="text encoder RNN"))  # gru | lstm | none (memory = embedding + position code: each position holds only its word)
+    rnn: str = checked("gru", registered("attnkit.encoders.text", "RNNS", what="text encoder RNN"))  # gru | lstm | none (memory = embedding + position code: each position holds only its word)
     bidirectional: bool = True
     dropout: float = checked(0.1, BELOW_ONE)  # on embeddings and between layers
 
 
 @dataclass(frozen=True)
 class ImageEncoderConfig(_Checked):
-    backbone: str = checked("efficientnet_lite0", one_of(*IMAGE_BACKBONES, what="image backbone"))  # resnet18|34|50|101, mobilenet_v3_small|large, efficientnet_b0, efficientnet_lite0, local_cnn (small, from scratch)
+    backbone: str = checked("efficientnet_lite0", registered("attnkit.encoders.image", "BACKBONES", what="image backbone"))  # resnet18|34|50|101, mobilenet_v3_small|large, efficientnet_b0, efficientnet_lite0, local_cnn (small, from scratch)
     weights: str = checked("default", NOT_EMPTY)  # default: packaged ImageNet weights (efficientnet_lite0), random for others | none | PATH (torchvision state_dict)
     weights_sha256: str = checked("", matching(r"|none|[0-9a-f]{64}", "empty, none or a SHA-256 hex digest"))  # set by training: the digest of the weights file, so a checkpoint needs neither the file nor the package
     image_size: int = checked(224, at_least(1))  # images are resized to image_size x image_size
@@ -168,16 +176,23 @@ class DecoderConfig(_Checked):
     embedding_size: int = checked(256, at_least(1))
     hidden_size: int = checked(512, at_least(1))
     num_layers: int = checked(1, at_least(1))
-    rnn: str = checked("gru", one_of(*RNNS, what="decoder RNN"))  # gru | lstm
-    style: str = checked("luong", one_of(*STYLES, what="decoder style"))  # luong: RNN then attend with the new state | bahdanau: attend with the previous state, context into the RNN
-    score: str = checked("general", one_of(*SCORES, what="attention score"))  # dot | general | concat | additive | scaled_dot | none (no attention: the context is the memory's mean)
+    rnn: str = checked("gru", registered("attnkit.cells", "CELLS", what="decoder RNN"))  # gru | lstm
+    style: str = checked("luong", registered("attnkit.decoder", "STYLES", what="decoder style"))  # luong: RNN then attend with the new state | bahdanau: attend with the previous state, context into the RNN
+    score: str = checked("general", registered("attnkit.attention", "SCORE_FUNCTIONS", what="attention score"))  # dot | general | concat | additive | scaled_dot | none (no attention: the context is the memory's mean)
     attention_size: int = checked(256, at_least(1))  # hidden size inside concat / additive scores
     input_feeding: bool = False  # luong: feed the previous attentional vector into the RNN
     context_gate: bool = False  # bahdanau: Show-Attend-Tell gate beta = sigmoid(W s) on the context
     readout_size: int = checked(0, at_least(0))  # size of the vector before the output layer (0: hidden_size; tied embeddings force embedding_size)
     dropout: float = checked(0.1, BELOW_ONE)  # on embeddings, between RNN layers and before the output layer
     tie_embeddings: bool = False  # output layer shares the target embedding matrix
-    init: str = checked("bridge", one_of(*INITS, what="decoder init"))  # bridge: tanh(W init_state) | zeros
+    init: str = checked("bridge", registered("attnkit.decoder", "INITS", what="decoder init"))  # bridge: tanh(W init_state) | zeros
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.input_feeding and self.style != "luong":
+            raise UserError("config key decoder.input_feeding applies to the luong style only (bahdanau already feeds the context)")
+        if self.context_gate and self.style != "bahdanau":
+            raise UserError("config key decoder.context_gate (Show-Attend-Tell beta) applies to the bahdanau style only")
 
 
 @dataclass(frozen=True)
@@ -188,7 +203,7 @@ class TrainConfig(_Checked):
     weight_decay: float = checked(0.0, at_least(0))
     clip_norm: float = checked(1.0, at_least(0))  # gradient norm clipping (0: off)
     label_smoothing: float = checked(0.0, BELOW_ONE)
-    attention_regularization: float = checked(0.0, at_least(0))  # lambda of the doubly stochastic term sum_l (1 - sum_t alpha_tl)^2
+    attention_regularization: float = checked(0.0, at_least(0))  # Xu et al.'s lambda: a caption's loss is -log p(y|x) + lambda * sum_l (1 - sum_t alpha_tl)^2, a batch's the sum of its captions' over its target tokens (attnkit.losses)
     attention_supervision: float = checked(0.0, at_least(0))  # weight of KL(gold || attention) per word with gold positions (scene data only; 0: off)
     teacher_forcing: float = checked(1.0, PROBABILITY)  # probability of feeding the gold previous word (below 1: scheduled sampling)
     lr_patience: int = checked(1, at_least(0))  # validations without improvement before the LR is multiplied by lr_factor

@@ -29,11 +29,14 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.attention import Attention
+from attnkit.cells import CELLS
 from attnkit.config import DecoderConfig
-from attnkit.errors import UserError
 from attnkit.interfaces import EncoderOutput
 
-RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}
+# The choices of decoder.style (see above), each with its reading offset: how many steps after the step that
+# emits a word the style's attention query has read that word (attnkit.analysis.reading_offset counts them).
+STYLES = {"luong": 1, "bahdanau": 2}
+INITS = ("bridge", "zeros")  # decoder.init: the first state from tanh(W init_state), or zeros
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,6 @@ class DecoderOutput:
 class AttentionDecoder(nn.Module):
     def __init__(self, config: DecoderConfig, vocab_size: int, memory_size: int, init_size: int, pad_index: int = 0):
         super().__init__()
-        _check(config)
         self.config = config
         hidden, embedding = config.hidden_size, config.embedding_size
         self.readout_size = embedding if config.tie_embeddings else (config.readout_size or hidden)
@@ -103,7 +105,7 @@ class AttentionDecoder(nn.Module):
         self.embedding = nn.Embedding(vocab_size, embedding, padding_idx=pad_index)
         self.dropout = nn.Dropout(config.dropout)
         rnn_input = embedding + (memory_size if config.style == "bahdanau" else 0) + (self.readout_size if self.feeds_input else 0)
-        self.rnn = RNNS[config.rnn](
+        self.rnn = CELLS[config.rnn](
             rnn_input,
             hidden,
             num_layers=config.num_layers,
@@ -246,19 +248,3 @@ class AttentionDecoder(nn.Module):
                 previous = torch.where(use_gold, previous, own)
         return DecoderOutput(torch.stack(logits, 1), torch.stack(attention, 1), encoded.mask)  # (B, T, V), (B, T, L)
 
-
-def _check(config: DecoderConfig) -> None:
-    if config.rnn not in RNNS:
-        raise UserError(f"decoder.rnn must be one of {', '.join(RNNS)}, got '{config.rnn}'")
-    if config.style not in ("bahdanau", "luong"):
-        raise UserError(f"decoder.style must be 'bahdanau' or 'luong', got '{config.style}'")
-    if config.init not in ("bridge", "zeros"):
-        raise UserError(f"decoder.init must be 'bridge' or 'zeros', got '{config.init}'")
-    if config.input_feeding and config.style != "luong":
-        raise UserError("decoder.input_feeding applies to the luong style only (bahdanau already feeds the context)")
-    if config.context_gate and config.style != "bahdanau":
-        raise UserError("decoder.context_gate (Show-Attend-Tell beta) applies to the bahdanau style only")
-    if config.num_layers < 1 or config.hidden_size < 1 or config.embedding_size < 1:
-        raise UserError("decoder sizes and num_layers must be positive")
-    if not 0.0 <= config.dropout < 1.0:
-        raise UserError(f"decoder.dropout must be in [0, 1), got {config.dropout}")

@@ -1,6 +1,6 @@
 """The joint task: one decoder learns to caption images and to translate into the same language.
 
-A :class:`~attnkit.model.MultiTaskModel` has an image encoder and a text encoder
+The joint model (:class:`~attnkit.model.EncoderDecoder`) has an image encoder and a text encoder
 that both hand the decoder a memory of the same size; the decoder, its target
 embeddings, attention and output layer are shared. Training mixes batches of the
 two tasks (``train.caption_share`` of them caption), each batch from one task, and
@@ -32,7 +32,8 @@ from attnkit.data.batching import BucketBatchSampler, TaskMixSampler
 from attnkit.data.captions import image_root, read_caption_split
 from attnkit.data.text import collate_pairs, read_parallel, resolve_languages
 from attnkit.errors import UserError
-from attnkit.model import MULTITASK, Seq2SeqObjective, build_multitask_model, describe_parameters
+from attnkit.losses import Seq2SeqObjective
+from attnkit.model import MULTITASK, build_multitask_model, describe_parameters
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
 from attnkit.supervision import describe_gold
 from attnkit.translation import TextPipeline, translation_training_set, translation_validation

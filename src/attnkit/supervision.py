@@ -1,4 +1,4 @@
-"""Attention supervision: where each training word's attention should go, and the loss that pulls it there.
+"""Attention supervision: where each training word's attention should go (the loss that pulls it there: :func:`attnkit.losses.supervision_loss`).
 
 ``train.attention_supervision`` (a weight; 0, the default, is off) adds to the training loss,
 for every target word with gold positions, KL(gold || attention) of the step that *emits* the
@@ -21,9 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import torch
-from torch import Tensor
-
 from attnkit.analysis import cell_boxes, overlap_share
 from attnkit.data.batching import ExampleGold
 from attnkit.data.folder import INFO_FILE, read_dataset_info
@@ -32,19 +29,6 @@ from attnkit.errors import UserError
 
 CaptionGold = Callable[[str, Sequence[str]], "ExampleGold | None"]  # (image, caption words) -> gold
 TranslationGold = Callable[[Sequence[str], Sequence[str]], "ExampleGold | None"]  # (source words, target words) -> gold
-
-
-def supervision_loss(attention: Tensor, gold: Tensor) -> Tensor:
-    """Per example, KL(gold || attention) summed over the steps that have gold (B,).
-
-    ``attention`` and ``gold`` are (B, T, L); a row of ``gold`` is a distribution or all zeros (no
-    gold: adds nothing). Zero exactly when every gold row equals its attention row.
-    """
-    attention = attention.float()
-    # gold * (log gold - log attention); xlogy makes 0 * log 0 = 0, the clamp keeps an attention
-    # weight that underflowed to 0 from giving an infinite loss.
-    divergence = torch.xlogy(gold, gold) - gold * attention.clamp_min(1e-12).log()  # (B, T, L)
-    return divergence.sum((1, 2))
 
 
 def scene_ground_truth(dataset_folder: str | Path, option: str = "train.attention_supervision") -> list[tuple[str, Scene]]:

@@ -203,6 +203,8 @@ class Trainer:
             record: dict[str, Any] = {"epoch": epoch, "step": self.progress.step, **train_stats}
             record["lr"] = self.optimizer.param_groups[0]["lr"]
             self.end_of_epoch(record, started)
+        if self.config.max_minutes > 0:
+            self.log(budget_summary(self.progress, self.config))
         return self.progress
 
     def train_epoch(self, epoch: int) -> dict[str, float]:
@@ -317,6 +319,15 @@ class Trainer:
         if self.config.max_minutes <= 0 or self.progress.epoch >= self.config.epochs:
             return False
         return self.progress.seconds + last_epoch_seconds > self.config.max_minutes * 60
+
+
+def budget_summary(progress: TrainingProgress, config: TrainConfig) -> str:
+    """How many of a time-budgeted run's epochs its budget allowed, in one line for the end of training: the
+    same recipe runs fewer epochs on a slower machine (BENCHMARKS.md, "Comparing machines")."""
+    ran = f"{progress.epoch} of {config.epochs} epochs in {progress.seconds / 60:.1f} of {config.max_minutes:g} minutes"
+    if progress.stop_reason == "time budget":
+        return f"time budget: it allowed {ran}"
+    return f"time budget: {ran} ({progress.stop_reason or 'every epoch ran'})"
 
 
 def validation_subset(examples: list, config: TrainConfig) -> list:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights
+from attnkit.checkpoint import Checkpoint, load_checkpoint
 from attnkit.config import ExperimentConfig, SearchConfig, TokenizerConfig, from_dict
 from attnkit.data.batching import pad_sequences
 from attnkit.data.text import ParallelTextDataset, collate_pairs, read_parallel, resolve_languages
@@ -26,7 +26,8 @@ from attnkit.errors import UserError
 from attnkit.files import write_text_atomic
 from attnkit.interfaces import EncoderOutput
 from attnkit.metrics import translation_scores
-from attnkit.model import MULTITASK, EncoderDecoder, Seq2SeqObjective, build_model, build_translation_model, describe_parameters
+from attnkit.losses import Seq2SeqObjective
+from attnkit.model import MULTITASK, EncoderDecoder, build_translation_model, describe_parameters, model_from_checkpoint
 from attnkit.search import Hypothesis, search
 from attnkit.supervision import TranslationGold, describe_gold, require_gold, scene_ground_truth, translation_gold
 from attnkit.distributed import resolve_device
@@ -127,14 +128,14 @@ class Translator:
         self.device = device
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: str | Path | Checkpoint, device: str = "auto") -> "Translator":
-        """A translator from a checkpoint file (or one already loaded)."""
+    def from_checkpoint(cls, checkpoint: str | Path | Checkpoint, device: str = "auto", model: EncoderDecoder | None = None) -> "Translator":
+        """A translator from a checkpoint file (or one already loaded); ``model``: its model when already built."""
         if not isinstance(checkpoint, Checkpoint):
             checkpoint = load_checkpoint(checkpoint, task=(TASK, MULTITASK))
         config = from_dict(ExperimentConfig, checkpoint.config)
         pipeline = TextPipeline.from_checkpoint(checkpoint)
-        model = build_model(checkpoint.task, config, checkpoint.vocabularies, load_weights=False)
-        load_weights(model, checkpoint)
+        if model is None:
+            model = model_from_checkpoint(checkpoint)
         return cls(model, pipeline, config.search, resolve_device(device))
 
     def _prepare(self, sentence: str) -> tuple[list[str], bool]:

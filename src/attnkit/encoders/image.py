@@ -21,14 +21,14 @@ from torch import Tensor, nn
 
 from attnkit.config import ImageEncoderConfig
 from attnkit.encoders import efficientnet_lite
-from attnkit.errors import UserError
+from attnkit.errors import UserError, first_line
 from attnkit.files import file_digest
 from attnkit.interfaces import EncoderOutput, Grid, GridFeatures, Pixels
 
 IMAGENET_NORMALIZATION = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 TORCHVISION_BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0")
 LOCAL_CNN = "local_cnn"
-BACKBONES = (*TORCHVISION_BACKBONES, "efficientnet_lite0", LOCAL_CNN)
+BACKBONES = (*TORCHVISION_BACKBONES, "efficientnet_lite0", LOCAL_CNN)  # the choices of image_encoder.backbone
 LOCAL_CNN_CHANNELS = (32, 64, 128, 256)
 
 
@@ -56,13 +56,11 @@ class Backbone:
 
 
 def build_backbone(name: str, weights: str = "default") -> Backbone:
-    """A backbone by name; ``weights``: "default" (packaged ImageNet weights where we have them), "none", or a file path.
+    """A backbone by name (one of BACKBONES); ``weights``: "default" (packaged ImageNet weights where we have them), "none", or a file path.
 
     A path must hold a state_dict of the full classification network in torchvision's
     format (the packaged file's format for efficientnet_lite0).
     """
-    if name not in BACKBONES:
-        raise UserError(f"unknown image backbone '{name}'; choose one of {', '.join(BACKBONES)}")
     path = _weights_path(name, weights)
     if name == LOCAL_CNN:
         network = local_cnn()
@@ -114,14 +112,13 @@ def _load(network: nn.Module, path: Path | None) -> None:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # a truncated or foreign file: torch raises many kinds
-        raise UserError(f"cannot read weights from {path}: {error}") from None
+        raise UserError(f"cannot read weights from {path}: {first_line(error)}") from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     try:
         network.load_state_dict(state)
     except (RuntimeError, TypeError) as error:
-        first = str(error).splitlines()[0]
-        raise UserError(f"{path} does not hold weights of this backbone ({first})") from None
+        raise UserError(f"{path} does not hold weights of this backbone ({first_line(error)})") from None
 
 
 def _output_channels(blocks: nn.Sequential) -> int:

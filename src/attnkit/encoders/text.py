@@ -17,12 +17,12 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from attnkit.cells import CELLS
 from attnkit.config import TextEncoderConfig
-from attnkit.errors import UserError
 from attnkit.interfaces import EncoderOutput, PaddedTokens, Tokens
 
-RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}
-NO_RNN = "none"
+NO_RNN = "none"  # memory = embedding + position code: each position holds only its word
+RNNS = (*CELLS, NO_RNN)  # the choices of text_encoder.rnn
 
 
 def sinusoidal_positions(length: int, size: int, device=None) -> Tensor:
@@ -38,8 +38,6 @@ def sinusoidal_positions(length: int, size: int, device=None) -> Tensor:
 class TextEncoder(nn.Module):
     def __init__(self, config: TextEncoderConfig, vocab_size: int, pad_index: int = 0):
         super().__init__()
-        if config.rnn not in (*RNNS, NO_RNN):
-            raise UserError(f"text_encoder.rnn must be one of {', '.join((*RNNS, NO_RNN))}, got '{config.rnn}'")
         self.config = config
         directions = 2 if config.bidirectional else 1
         self.output_size = config.embedding_size if config.rnn == NO_RNN else config.hidden_size * directions
@@ -49,7 +47,7 @@ class TextEncoder(nn.Module):
         if config.rnn == NO_RNN:
             self.rnn = None
             return
-        self.rnn = RNNS[config.rnn](
+        self.rnn = CELLS[config.rnn](
             config.embedding_size,
             config.hidden_size,
             num_layers=config.num_layers,
