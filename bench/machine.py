@@ -59,6 +59,47 @@ def machine_info() -> dict:
     }
 
 
+# The calibration: two small kernels whose speed stands for the machine's, measured at the benchmark's
+# own thread count. A figure taken on another machine scales by their ratio (BENCHMARKS.md, "Comparing
+# machines"): training and decoding speed follow the LSTM cell, large matrix work follows the matmul.
+MATMUL_SIZE = 512  # float32 (n x n) @ (n x n)
+CELL_SIZES = (64, 768, 512)  # batch, input, hidden: the Flickr8k recipe's decoder cell (embedding 256 + context 512 in)
+
+
+def best_rate(work, units: float, seconds: float) -> float:
+    """Units per second of ``work()``: the best of three rounds of about ``seconds`` / 3 each, after a warm-up."""
+    work()
+    start = time.perf_counter()
+    work()
+    once = max(time.perf_counter() - start, 1e-6)
+    repeats = max(1, int(seconds / 3 / once))
+    best = 0.0
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            work()
+        best = max(best, repeats * units / (time.perf_counter() - start))
+    return best
+
+
+@torch.no_grad()
+def calibrate(seconds: float = 3.0) -> dict:
+    """This machine's speed at the current torch thread count, in about ``seconds``: float32 matmul GFLOP/s
+    and LSTM cell steps/s (forward, one step of ``CELL_SIZES``)."""
+    generator = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(MATMUL_SIZE, MATMUL_SIZE, generator=generator) for _ in range(2))
+    batch, inputs, hidden = CELL_SIZES
+    x, h, c = torch.randn(batch, inputs, generator=generator), torch.zeros(batch, hidden), torch.zeros(batch, hidden)
+    w_ih, w_hh = torch.randn(4 * hidden, inputs, generator=generator) * 0.05, torch.randn(4 * hidden, hidden, generator=generator) * 0.05
+    b_ih, b_hh = torch.zeros(4 * hidden), torch.zeros(4 * hidden)
+    return {
+        "threads": torch.get_num_threads(),
+        "matmul_gflops": round(best_rate(lambda: torch.mm(a, b), 2 * MATMUL_SIZE**3 / 1e9, seconds / 2), 1),
+        "lstm_cell_steps_per_s": round(best_rate(lambda: torch.lstm_cell(x, (h, c), w_ih, w_hh, b_ih, b_hh), 1, seconds / 2)),
+        "lstm_cell_sizes": dict(zip(("batch", "input", "hidden"), CELL_SIZES)),
+    }
+
+
 def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
@@ -70,6 +111,7 @@ def project_path(path: str) -> str:
 
 
 def print_result(result: dict, busy_before: float | None) -> int:
-    """The benchmark's last line: its figures plus the load before it started, the machine and the date."""
-    print(json.dumps({**result, "busy_cores_before": busy_before, "machine": machine_info(), "date": utc_now()}))
+    """The benchmark's last line: its figures plus the load before it started, the machine, its calibrated
+    speed (measured now, once the benchmark's own work is done, at its thread count) and the date."""
+    print(json.dumps({**result, "busy_cores_before": busy_before, "machine": machine_info(), "calibration": calibrate(), "date": utc_now()}))
     return 0

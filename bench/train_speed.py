@@ -65,10 +65,11 @@ from torch.utils.flop_counter import FlopCounterMode
 from attnkit.config import DecoderConfig, ExperimentConfig, TextEncoderConfig, TrainConfig, to_dict
 from attnkit.data.batching import BucketBatchSampler
 from attnkit.data.text import ParallelTextDataset, collate_pairs
-from attnkit.model import Seq2SeqObjective, build_translation_model
+from attnkit.losses import Seq2SeqObjective
+from attnkit.model import build_translation_model
 from attnkit.train import CheckpointContents, Trainer
 from attnkit.vocab import SPECIALS, Vocabulary
-from machine import busy_cores, print_result, processor_name, usable_cores
+from machine import best_rate, busy_cores, print_result, processor_name, usable_cores
 
 PAIRS = 5318
 SOURCE_VOCAB = 2579
@@ -283,12 +284,7 @@ def flops_per_token(model: nn.Module, objective: Seq2SeqObjective, dataset: Para
 def matmul_gflops(seconds: float = 1.0) -> float:
     """fp32 GFLOP/s of this CPU on the model's biggest matrix multiply (a batch of readouts times the output layer)."""
     readouts, weight = torch.randn(BATCH_SIZE * MAX_WORDS, SIZE), torch.randn(SIZE, TARGET_VOCAB)
-    readouts @ weight  # warm-up
-    runs, started = 0, time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        readouts @ weight
-        runs += 1
-    return 2 * readouts.shape[0] * SIZE * TARGET_VOCAB * runs / (time.perf_counter() - started) / 1e9
+    return best_rate(lambda: readouts @ weight, 2 * readouts.shape[0] * SIZE * TARGET_VOCAB / 1e9, seconds)
 
 
 # -- report --------------------------------------------------------------------------------------
