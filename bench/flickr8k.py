@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         evaluate("attention", folder, config, progress, wall)
         if not args.skip_ablation:
             ablation_folder = out / "no_attention"
-            evaluate("no_attention", ablation_folder, *train("no_attention", ablation_folder, MODELS["no_attention"]))
+            # The chosen value too, so the baseline differs from the tested model in its attention only.
+            evaluate("no_attention", ablation_folder, *train("no_attention", ablation_folder, [*option, *MODELS["no_attention"]]))
         test_images = len(test)
 
     attention = results["attention"]["beam5"]
