@@ -55,10 +55,10 @@ from torch import Tensor
 
 from attnkit.config import DecoderConfig, SearchConfig, TextEncoderConfig
 from attnkit.data.batching import pad_sequences
-from attnkit.decoder import AttentionDecoder, DecoderState, StepOutput
+from attnkit.decoders.rnn import RNNDecoder
 from attnkit.encoders.text import TextEncoder
 from attnkit.errors import run_cli
-from attnkit.interfaces import EncoderOutput, Grid
+from attnkit.interfaces import Decoder, DecoderState, EncoderOutput, Grid, StepOutput
 from attnkit.search import Hypothesis, beam_search, max_steps
 from attnkit.vocab import SPECIALS, Vocabulary
 from machine import busy_cores, print_result
@@ -92,7 +92,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 class CountingDecoder:
     """The decoder as search sees it (``init_state`` and ``step``), counting the steps taken and the rows they ran."""
 
-    def __init__(self, decoder: AttentionDecoder):
+    def __init__(self, decoder: Decoder):
         self.decoder, self.steps, self.rows = decoder, 0, 0
 
     def init_state(self, encoded: EncoderOutput) -> DecoderState:
@@ -104,13 +104,13 @@ class CountingDecoder:
         return self.decoder.step(previous, state)
 
 
-def build(args: argparse.Namespace) -> tuple[AttentionDecoder, list[EncoderOutput], SearchConfig, str]:
+def build(args: argparse.Namespace) -> tuple[Decoder, list[EncoderOutput], SearchConfig, str]:
     """The decoder, the encoded batches, the recipe's search settings and a description."""
     torch.manual_seed(args.seed)
     if args.memory == "text":
         encoder = TextEncoder(TextEncoderConfig(embedding_size=256, hidden_size=256, rnn="gru", bidirectional=True, dropout=0.0), SOURCE_VOCAB).eval()
         settings = DecoderConfig(embedding_size=256, hidden_size=512, rnn="gru", style="luong", score="general", dropout=0.0, tie_embeddings=True)
-        decoder = AttentionDecoder(settings, TARGET_VOCAB, memory_size=encoder.output_size, init_size=encoder.init_size).eval()
+        decoder = RNNDecoder(settings, TARGET_VOCAB, memory_size=encoder.output_size, init_size=encoder.init_size).eval()
         rng = random.Random(args.seed)
         sources = [[rng.randrange(FIRST_WORD, SOURCE_VOCAB) for _ in range(rng.randint(SHORTEST, LONGEST))] for _ in range(args.sources)]
         sources.sort(key=len)  # similar lengths together, as translation batches them
@@ -122,7 +122,7 @@ def build(args: argparse.Namespace) -> tuple[AttentionDecoder, list[EncoderOutpu
         settings = DecoderConfig(
             embedding_size=256, hidden_size=512, rnn="lstm", style="bahdanau", score="additive", attention_size=512, context_gate=True, dropout=0.0
         )
-        decoder = AttentionDecoder(settings, CAPTION_VOCAB, memory_size=MEMORY_SIZE, init_size=MEMORY_SIZE).eval()
+        decoder = RNNDecoder(settings, CAPTION_VOCAB, memory_size=MEMORY_SIZE, init_size=MEMORY_SIZE).eval()
         cells = args.grid * args.grid
         batches = []
         for start in range(0, args.sources, args.batch_size):

@@ -26,7 +26,6 @@ import torch
 from nltk.translate.metrics import alignment_error_rate
 from torch import Tensor
 
-from attnkit.decoder import STYLES
 from attnkit.interfaces import EncoderOutput
 from attnkit.vocab import Vocabulary
 
@@ -228,32 +227,21 @@ EMITTING, READING = "emitting", "reading"
 EXTRACTIONS = (EMITTING, READING)
 
 
-def reading_offset(style: str) -> int:
-    """How many steps after the step that emits a word the decoder's attention query has read that word.
+def word_attention(steps: Tensor, words: int, reading_offset: int, extraction: str) -> Tensor:
+    """The attention belonging to each of a sentence's ``words`` target words under ``extraction``. (words, L)
 
     Under forced decoding step t reads input y_t (y_0 = <bos>, y_t = w_{t-1}) and emits w_t, so the
     *emitting* extraction reads word w_j's attention from step j. The *reading* extraction (Shift-Att,
-    Chen et al. 2020) takes it from the first step whose attention query has read w_j:
-
-    * ``luong``: a step runs the RNN on its input first and attends with the new state, so step t's
-      query has read y_t; w_j is y_{j+1}: step j + 1 (offset 1);
-    * ``bahdanau``: a step attends with the previous state, made by the step before from its input,
-      then reads its own input; step t's query has read y_{t-1}; w_j is y_{j+1}: step j + 2 (offset 2).
-    """
-    if style not in STYLES:
-        raise ValueError(f"unknown decoder style '{style}'")
-    return STYLES[style]  # each style's offset is declared with it
-
-
-def word_attention(steps: Tensor, words: int, style: str, extraction: str) -> Tensor:
-    """The attention belonging to each of a sentence's ``words`` target words under ``extraction``. (words, L)
+    Chen et al. 2020) takes it from the first step whose attention query has read w_j: ``reading_offset``
+    steps later, a property of the decoder (``decoder.reading_offset``; each RNN style and the
+    Transformer say why theirs is what it is).
 
     ``steps`` (S, L): every forced-decoding step of the sentence, including the one that reads <eos>
     (:func:`forced_attention` with ``read_eos=True``: S = words + 2).
     """
     if extraction not in EXTRACTIONS:
         raise ValueError(f"unknown extraction '{extraction}'; choose one of {', '.join(EXTRACTIONS)}")
-    offset = 0 if extraction == EMITTING else reading_offset(style)
+    offset = 0 if extraction == EMITTING else reading_offset
     if steps.shape[0] < offset + words:
         raise ValueError(f"{steps.shape[0]} steps hold no '{extraction}' attention for {words} words (force the target with read_eos=True)")
     return steps[offset : offset + words]  # (words, L)
@@ -266,7 +254,7 @@ def forced_attention(decoder, encoded: EncoderOutput, targets: Tensor, read_eos:
     return, per example, the attention (T_i, L_i) of its steps w1 ... <eos> over its real positions.
 
     ``read_eos``: one step more, whose input is <eos> (T_i + 1 rows): the step at which a ``bahdanau``
-    decoder's query has read the last word (see :func:`reading_offset`). The same target sentence
+    decoder's query has read the last word (``decoder.reading_offset``). The same target sentence
     forced through an image encoder and a text encoder gives attention for the same words in both modalities.
     """
     output = decoder(encoded, targets if read_eos else targets[:, :-1])  # attention (B, T, L)

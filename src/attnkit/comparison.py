@@ -58,7 +58,7 @@ class Comparison:
     source_words: list[str]  # what the text encoder read
     text_attention: Tensor  # (T, S)
     image_reading: Tensor | None = None  # (T - 1, L) each word's attention at the step whose query has read it
-    text_reading: Tensor | None = None  # (T - 1, S) (see attnkit.analysis.reading_offset)
+    text_reading: Tensor | None = None  # (T - 1, S) (see attnkit.analysis.word_attention)
     image_erasure: Erasure | None = None  # what removing image cells from each step's attention does to its token
     text_erasure: Erasure | None = None  # the same for source words
 
@@ -177,8 +177,8 @@ class AttentionComparer:
         grid = (image_encoded.layout.height, image_encoded.layout.width)
         comparisons = []
         for i, (w, image, source, text) in enumerate(zip(words, image_steps, source_words, text_steps)):  # (W + 2, L), (W + 2, S)
-            image_reading = word_attention(image, len(w), image_decoder.config.style, READING)
-            text_reading = word_attention(text, len(w), text_decoder.config.style, READING)
+            image_reading = word_attention(image, len(w), image_decoder.reading_offset, READING)
+            text_reading = word_attention(text, len(w), text_decoder.reading_offset, READING)
             erased = (None, None)
             if erase:
                 erased = tuple(

@@ -173,19 +173,24 @@ class ImageEncoderConfig(_Checked):
 
 @dataclass(frozen=True)
 class DecoderConfig(_Checked):
-    embedding_size: int = checked(256, at_least(1))
-    hidden_size: int = checked(512, at_least(1))
+    family: str = checked("rnn", registered("attnkit.decoders", "FAMILIES", what="decoder family"))  # rnn: an RNN with one attention | transformer: self-attention + multi-head cross-attention layers
+    embedding_size: int = checked(256, at_least(1))  # transformer: must equal hidden_size (the model size)
+    hidden_size: int = checked(512, at_least(1))  # rnn: the RNN's state | transformer: the model size
     num_layers: int = checked(1, at_least(1))
     rnn: str = checked("gru", registered("attnkit.cells", "CELLS", what="decoder RNN"))  # gru | lstm
-    style: str = checked("luong", registered("attnkit.decoder", "STYLES", what="decoder style"))  # luong: RNN then attend with the new state | bahdanau: attend with the previous state, context into the RNN
+    style: str = checked("luong", registered("attnkit.decoders.rnn", "STYLES", what="decoder style"))  # luong: RNN then attend with the new state | bahdanau: attend with the previous state, context into the RNN
     score: str = checked("general", registered("attnkit.attention", "SCORE_FUNCTIONS", what="attention score"))  # dot | general | concat | additive | scaled_dot | none (no attention: the context is the memory's mean)
     attention_size: int = checked(256, at_least(1))  # hidden size inside concat / additive scores
     input_feeding: bool = False  # luong: feed the previous attentional vector into the RNN
     context_gate: bool = False  # bahdanau: Show-Attend-Tell gate beta = sigmoid(W s) on the context
     readout_size: int = checked(0, at_least(0))  # size of the vector before the output layer (0: hidden_size; tied embeddings force embedding_size)
-    dropout: float = checked(0.1, BELOW_ONE)  # on embeddings, between RNN layers and before the output layer
+    dropout: float = checked(0.1, BELOW_ONE)  # on embeddings, between layers and before the output layer
     tie_embeddings: bool = False  # output layer shares the target embedding matrix
-    init: str = checked("bridge", registered("attnkit.decoder", "INITS", what="decoder init"))  # bridge: tanh(W init_state) | zeros
+    init: str = checked("bridge", registered("attnkit.decoders.rnn", "INITS", what="decoder init"))  # bridge: tanh(W init_state) | zeros
+    heads: int = checked(8, at_least(1))  # transformer: attention heads (must divide hidden_size)
+    feedforward_size: int = checked(2048, at_least(1))  # transformer: the position-wise feed-forward layer's inner size
+    attention_layer: int = checked(-1, at_least(-1))  # transformer: the layer whose heads' mean is "the" attention (plots, statistics, losses); -1: the last
+    attention_head: int = checked(-1, at_least(-1))  # transformer: one head of that layer instead of their mean (-1: the mean of all heads)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -193,6 +198,27 @@ class DecoderConfig(_Checked):
             raise UserError("config key decoder.input_feeding applies to the luong style only (bahdanau already feeds the context)")
         if self.context_gate and self.style != "bahdanau":
             raise UserError("config key decoder.context_gate (Show-Attend-Tell beta) applies to the bahdanau style only")
+        if self.family == "transformer":
+            self._check_transformer()
+
+    def _check_transformer(self) -> None:
+        """Sizes a Transformer needs, and the RNN-only options it has no use for (refused rather than ignored)."""
+        for key, given, rnn_only in (
+            ("style", self.style == "bahdanau", "the bahdanau style"),
+            ("input_feeding", self.input_feeding, "input feeding"),
+            ("context_gate", self.context_gate, "the Show-Attend-Tell gate"),
+            ("score", self.score not in ("general", "scaled_dot"), f"the '{self.score}' score (its cross-attention is multi-head scaled dot product)"),
+        ):
+            if given:
+                raise UserError(f"config key decoder.{key}: {rnn_only} belongs to the rnn decoder family, not to decoder.family=transformer")
+        if self.hidden_size % self.heads:
+            raise UserError(f"config key decoder.heads: {self.heads} heads do not divide decoder.hidden_size {self.hidden_size} (the model size)")
+        if self.embedding_size != self.hidden_size:
+            raise UserError(f"config key decoder.embedding_size: a transformer decoder's embeddings have the model size (decoder.hidden_size {self.hidden_size}), got {self.embedding_size}")
+        if self.attention_layer >= self.num_layers:
+            raise UserError(f"config key decoder.attention_layer: layer {self.attention_layer} does not exist (decoder.num_layers is {self.num_layers}; -1 is the last)")
+        if self.attention_head >= self.heads:
+            raise UserError(f"config key decoder.attention_head: head {self.attention_head} does not exist (decoder.heads is {self.heads}; -1 is their mean)")
 
 
 @dataclass(frozen=True)
@@ -247,6 +273,8 @@ class ExperimentConfig(_Checked):
         super().__post_init__()
         if self.task == "captioning" and self.data.tokenizer.kind == SUBWORD_TOKENIZER:
             raise UserError("data.tokenizer.kind: sentencepiece serves translation (and the joint model); a captioning model reads words: use moses, nltk or space")
+        if self.decoder.family == "transformer" and self.train.teacher_forcing < 1:
+            raise UserError("config key train.teacher_forcing: scheduled sampling belongs to the rnn decoder family (a transformer decoder trains on the gold prefix in parallel)")
 
     @property
     def run_dir(self) -> Path:

@@ -11,28 +11,17 @@ direction, D = 2H (bidirectional), H, or E (no RNN) memory size.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from attnkit.blocks import sinusoidal_positions
 from attnkit.cells import CELLS
 from attnkit.config import TextEncoderConfig
 from attnkit.interfaces import EncoderOutput, PaddedTokens, Tokens
 
 NO_RNN = "none"  # memory = embedding + position code: each position holds only its word
 RNNS = (*CELLS, NO_RNN)  # the choices of text_encoder.rnn
-
-
-def sinusoidal_positions(length: int, size: int, device=None) -> Tensor:
-    """(length, size) position codes of Vaswani et al. 2017: sin on even, cos on odd channels."""
-    position = torch.arange(length, device=device, dtype=torch.float32).unsqueeze(1)  # (S, 1)
-    frequency = torch.exp(torch.arange(0, size, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / size))  # (ceil(E/2),)
-    codes = torch.zeros(length, size, device=device)
-    codes[:, 0::2] = torch.sin(position * frequency)
-    codes[:, 1::2] = torch.cos(position * frequency[: size // 2])
-    return codes
 
 
 class TextEncoder(nn.Module):
