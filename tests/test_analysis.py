@@ -144,10 +144,13 @@ def test_erasure_finds_the_one_position_a_stub_decoder_reads():
     torch.testing.assert_close(found.flip_share[:2], torch.full((2,), 0.75))
 
 
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
-def test_erasure_of_all_steps_at_once_equals_one_step_at_a_time(vocab, style):
-    extra = {"score": "additive", "rnn": "lstm"} if style == "bahdanau" else {"input_feeding": True}
-    model = tiny_model(vocab, style=style, **extra)
+@pytest.mark.parametrize(
+    "settings",
+    [dict(style="luong", input_feeding=True), dict(style="bahdanau", score="additive", rnn="lstm"), TINY_TRANSFORMER],
+    ids=["luong", "bahdanau", "transformer"],
+)
+def test_batched_erasure_equals_one_step_at_a_time(vocab, settings):
+    model = tiny_model(vocab, **settings)
     encoded = model.encode(pad_sequences([[4, 5, 6, 7, 8]]))
     target = torch.tensor([2, 5, 9, 6, 3])
     found = erasure(model.decoder, encoded, target, draws=2, generator=torch.Generator().manual_seed(1))

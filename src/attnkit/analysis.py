@@ -283,14 +283,16 @@ class Erasure:
 
 @torch.no_grad()
 def erasure(decoder, encoded: EncoderOutput, target: Tensor, draws: int = 5, generator: torch.Generator | None = None) -> Erasure:
-    """Erase memory positions from each step's attention under forced decoding, every step at once.
+    """Erase memory positions from each step's attention under forced decoding, one step at a time.
 
-    ``encoded`` holds one source; ``target`` (T + 1,) is <bos> w1 ... <eos>. Under forced decoding the state
-    before step t does not depend on step t's attention, so the states of a plain forced run are kept and
-    step t is run again from its state with positions masked out (through ``mask``: the attention over the
-    others renormalises), for every step and every removal in one batch. Removals per step: the peak, the
-    lowest-weight real position, ``draws`` random real positions, and the top 1, 2, ... weighted positions
-    (for ``flip_share``). Nothing here asks which modality made the memory.
+    ``encoded`` holds one source; ``target`` (T + 1,) is <bos> w1 ... <eos>. The states of a plain forced run
+    are kept, and each step t is run again from its state with positions masked out (through the state's
+    ``mask``: the attention over the others renormalises), every removal of that step in one batch; nothing
+    after step t is touched. That is an intervention on step t alone in any decoder family: in a decoder of
+    several layers, a step's layer-1 output feeds later steps through their self-attention, so intervening
+    on all steps in one parallel pass would let one step's removal reach another's.
+    Removals per step: the peak, the lowest-weight real position, ``draws`` random real positions, and the
+    top 1, 2, ... weighted positions (for ``flip_share``). Nothing here asks which modality made the memory.
     """
     if encoded.batch_size != 1:
         raise ValueError("erasure takes one source at a time")
@@ -329,27 +331,15 @@ def erasure(decoder, encoded: EncoderOutput, target: Tensor, draws: int = 5, gen
     removed = torch.cat([singles, top], 1)  # (T, R, L)
     per_step = removed.shape[1]
 
-    # One decoder step for every (step, removal) row, from that step's stored state.
-    rows = torch.arange(steps, device=device).repeat_interleave(per_step)  # (T*R,)
-    first = states[0]
-    hidden = torch.cat([s.hidden for s in states], 1).index_select(1, rows)  # (N, T*R, H)
-    cell = None if first.cell is None else torch.cat([s.cell for s in states], 1).index_select(1, rows)
-    feed = None if first.feed is None else torch.cat([s.feed for s in states], 0).index_select(0, rows)
-    count = rows.shape[0]
-    intervened = replace(
-        first,
-        hidden=hidden,
-        cell=cell,
-        feed=feed,
-        keys=first.keys.expand(count, -1, -1),
-        memory=first.memory.expand(count, -1, -1),
-        mask=real.unsqueeze(0) & ~removed.reshape(count, -1),  # (T*R, L)
-        beams=1,
-    )
-    out = decoder.step(inputs.index_select(0, rows), intervened)
-    log_p = out.logits.float().log_softmax(-1)  # (T*R, V)
-    drop = (base_gold.index_select(0, rows) - log_p.gather(1, gold.index_select(0, rows).unsqueeze(1)).squeeze(1)).view(steps, per_step)  # (T, R)
-    flip = (log_p.argmax(-1) != base_best.index_select(0, rows)).view(steps, per_step).float()  # (T, R)
+    # Step t once per removal, from that step's stored state: R copies of the one source, each with its own mask.
+    copies = torch.zeros(per_step, dtype=torch.long, device=device)  # (R,) row 0 and source 0, R times
+    erased = []
+    for t, before in enumerate(states):
+        intervened = replace(before.select_beams(copies, copies), mask=real.unsqueeze(0) & ~removed[t])  # (R, L)
+        erased.append(decoder.step(inputs[t].expand(per_step), intervened).logits.float().log_softmax(-1))  # (R, V)
+    log_p = torch.stack(erased)  # (T, R, V)
+    drop = base_gold.unsqueeze(1) - log_p.gather(2, gold.view(steps, 1, 1).expand(-1, per_step, 1)).squeeze(2)  # (T, R)
+    flip = (log_p.argmax(-1) != base_best.unsqueeze(1)).float()  # (T, R)
 
     top_flips = flip[:, 2 + draws :]  # (T, P-1): removing the top k+1
     first_flip = torch.where(top_flips.any(1), top_flips.argmax(1).float() + 1, torch.full((steps,), float("nan"), device=device))  # (T,)

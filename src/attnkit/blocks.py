@@ -14,6 +14,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from attnkit.attention import MultiHeadAttention
+
 
 def sinusoidal_positions(length: int, size: int, device=None, start: int = 0) -> Tensor:
     """(length, size) position codes of Vaswani et al. 2017 for positions start ... start + length - 1:
@@ -47,3 +49,46 @@ def xavier_init(module: nn.Module) -> None:
             nn.init.xavier_uniform_(layer.weight)
             if layer.bias is not None:
                 nn.init.zeros_(layer.bias)
+
+
+def grid_positions(height: int, width: int, size: int, device=None) -> Tensor:
+    """(height * width, size) 2-D position codes of a row-major grid: the first half of the channels
+    codes the row, the second half the column, each with :func:`sinusoidal_positions`."""
+    half = size // 2
+    rows = sinusoidal_positions(height, half, device).repeat_interleave(width, 0)  # (H*W, size/2)
+    columns = sinusoidal_positions(width, size - half, device).repeat(height, 1)  # (H*W, size - size/2)
+    return torch.cat([rows, columns], 1)
+
+
+class SelfAttentionLayer(nn.Module):
+    """One pre-norm encoder layer: self-attention over the real positions, then the feed-forward layer."""
+
+    def __init__(self, size: int, heads: int, feedforward_size: int, dropout: float):
+        super().__init__()
+        self.attention_norm = nn.LayerNorm(size)
+        self.attention = MultiHeadAttention(size, heads, dropout=dropout)
+        self.feedforward_norm = nn.LayerNorm(size)
+        self.feedforward = FeedForward(size, feedforward_size, dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        """x (B, L, M), mask (B, L) True = real -> (B, L, M); padding attends too but nothing attends to it."""
+        normed = self.attention_norm(x)
+        attended, _ = self.attention(normed, *self.attention.keys_values(normed), mask.unsqueeze(1))
+        x = x + self.dropout(attended)
+        return x + self.dropout(self.feedforward(self.feedforward_norm(x)))
+
+
+class SelfAttentionStack(nn.Module):
+    """N self-attention layers and the final LayerNorm: what a Transformer encoder runs over its inputs."""
+
+    def __init__(self, size: int, heads: int, feedforward_size: int, layers: int, dropout: float):
+        super().__init__()
+        self.layers = nn.ModuleList(SelfAttentionLayer(size, heads, feedforward_size, dropout) for _ in range(layers))
+        self.final_norm = nn.LayerNorm(size)
+        xavier_init(self)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, mask)  # (B, L, M)
+        return self.final_norm(x)

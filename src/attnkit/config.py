@@ -154,6 +154,22 @@ class TextEncoderConfig(_Checked):
     rnn: str = checked("gru", registered("attnkit.encoders.text", "RNNS", what="text encoder RNN"))  # gru | lstm | none (memory = embedding + position code: each position holds only its word)
     bidirectional: bool = True
     dropout: float = checked(0.1, BELOW_ONE)  # on embeddings and between layers
+    family: str = checked("rnn", registered("attnkit.encoders.text", "FAMILIES", what="text encoder family"))  # rnn: the rnn above | transformer: num_layers self-attention layers of hidden_size
+    heads: int = checked(8, at_least(1))  # transformer: attention heads (must divide hidden_size)
+    feedforward_size: int = checked(2048, at_least(1))  # transformer: the feed-forward layer's inner size
+    positions: str = checked("sinusoidal", registered("attnkit.encoders.text", "POSITIONS", what="position code"))  # transformer: sinusoidal | learned (max_positions of them)
+    max_positions: int = checked(256, at_least(1))  # transformer with learned positions: the longest source it can read
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.family != "transformer":
+            return
+        if not self.bidirectional:
+            raise UserError("config key text_encoder.bidirectional: a transformer encoder's self-attention reads both sides; bidirectional belongs to the rnn family")
+        if self.hidden_size % self.heads:
+            raise UserError(f"config key text_encoder.heads: {self.heads} heads do not divide text_encoder.hidden_size {self.hidden_size} (the model size)")
+        if self.embedding_size != self.hidden_size:
+            raise UserError(f"config key text_encoder.embedding_size: a transformer encoder's embeddings have the model size (text_encoder.hidden_size {self.hidden_size}), got {self.embedding_size}")
 
 
 @dataclass(frozen=True)
@@ -169,6 +185,16 @@ class ImageEncoderConfig(_Checked):
     backbone_lr: float = checked(0.0, at_least(0))  # learning rate of the fine-tuned blocks (0: train.lr)
     dropout: float = checked(0.0, BELOW_ONE)  # on the projected cells
     position_embedding: bool = False  # add a learned embedding of each cell's position to its memory vector (needs grid_size)
+    self_attention_layers: int = checked(0, at_least(0))  # Transformer encoder layers over the projected cells (with a 2-D position code), so each cell's memory can read the others (0: none)
+    heads: int = checked(8, at_least(1))  # self-attention heads (must divide memory_size)
+    feedforward_size: int = checked(2048, at_least(1))  # the self-attention layers' feed-forward inner size
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.self_attention_layers and self.memory_size == 0:
+            raise UserError("config key image_encoder.self_attention_layers: self-attention needs a projected memory (set image_encoder.memory_size)")
+        if self.self_attention_layers and self.memory_size % self.heads:
+            raise UserError(f"config key image_encoder.heads: {self.heads} heads do not divide image_encoder.memory_size {self.memory_size}")
 
 
 @dataclass(frozen=True)
@@ -273,6 +299,12 @@ class ExperimentConfig(_Checked):
         super().__post_init__()
         if self.task == "captioning" and self.data.tokenizer.kind == SUBWORD_TOKENIZER:
             raise UserError("data.tokenizer.kind: sentencepiece serves translation (and the joint model); a captioning model reads words: use moses, nltk or space")
+        text = self.text_encoder
+        if text.family == "transformer" and text.positions == "learned" and text.max_positions < self.data.max_source_length:
+            raise UserError(
+                f"config key text_encoder.max_positions: {text.max_positions} learned positions cannot read sources of "
+                f"data.max_source_length {self.data.max_source_length}; raise it or use positions: sinusoidal"
+            )
         if self.decoder.family == "transformer" and self.train.teacher_forcing < 1:
             raise UserError("config key train.teacher_forcing: scheduled sampling belongs to the rnn decoder family (a transformer decoder trains on the gold prefix in parallel)")
 

@@ -139,6 +139,7 @@ class DecoderState(Protocol):
     """
 
     beams: int
+    mask: Tensor  # (B, L) the sources' real memory positions; the erasure analysis replaces it to hide some
 
     def expand_beams(self, beams: int) -> "DecoderState":
         """K copies of every row, for a beam search of width K over each source."""

@@ -11,7 +11,7 @@ from attnkit.config import ExperimentConfig, from_dict
 from attnkit.data.batching import Batch
 from attnkit.decoders import build_decoder
 from attnkit.encoders.image import ImageEncoder
-from attnkit.encoders.text import TextEncoder
+from attnkit.encoders.text import build_text_encoder
 from attnkit.errors import UserError
 from attnkit.interfaces import Decoder, DecoderOutput, Encoder, EncoderOutput, Source
 from attnkit.vocab import Vocabulary
@@ -53,7 +53,7 @@ def _decoder_for(config: ExperimentConfig, encoder: Encoder, target_vocab: Vocab
 
 
 def build_translation_model(config: ExperimentConfig, source_vocab: Vocabulary, target_vocab: Vocabulary) -> EncoderDecoder:
-    encoder = TextEncoder(config.text_encoder, len(source_vocab), pad_index=source_vocab.pad_index)
+    encoder = build_text_encoder(config.text_encoder, len(source_vocab), pad_index=source_vocab.pad_index)
     return EncoderDecoder({"text": encoder}, _decoder_for(config, encoder, target_vocab))
 
 
@@ -65,7 +65,7 @@ def build_captioning_model(config: ExperimentConfig, vocab: Vocabulary, load_wei
 
 def build_multitask_model(config: ExperimentConfig, source_vocab: Vocabulary, target_vocab: Vocabulary, load_weights: bool = True) -> EncoderDecoder:
     """An image encoder and a text encoder over one decoder; both must hand it memories of one size."""
-    text = TextEncoder(config.text_encoder, len(source_vocab), pad_index=source_vocab.pad_index)
+    text = build_text_encoder(config.text_encoder, len(source_vocab), pad_index=source_vocab.pad_index)
     image = ImageEncoder(config.image_encoder, load_weights=load_weights)
     if (image.output_size, image.init_size) != (text.output_size, text.init_size):
         raise UserError(
