@@ -258,6 +258,7 @@ class TrainConfig(_Checked):
     attention_regularization: float = checked(0.0, at_least(0))  # Xu et al.'s lambda: a caption's loss is -log p(y|x) + lambda * sum_l (1 - sum_t alpha_tl)^2, a batch's the sum of its captions' over its target tokens (attnkit.losses)
     attention_supervision: float = checked(0.0, at_least(0))  # weight of KL(gold || attention) per word with gold positions (scene data only; 0: off)
     teacher_forcing: float = checked(1.0, PROBABILITY)  # probability of feeding the gold previous word (below 1: scheduled sampling)
+    warmup_steps: int = checked(0, at_least(0))  # the learning rate climbs linearly to lr over this many optimizer steps (attnkit.optim; 0: none)
     lr_patience: int = checked(1, at_least(0))  # validations without improvement before the LR is multiplied by lr_factor
     lr_factor: float = checked(0.5, between(0, 1, low_open=True, high_open=True))
     min_lr: float = checked(1e-5, at_least(0))
