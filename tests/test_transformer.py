@@ -1,16 +1,13 @@
 """The Transformer family: multi-head attention, the decoder's cache, its masks and its declared attention."""
 
-from dataclasses import dataclass, replace
-
 import pytest
 import torch
-from torch import Tensor
 
 from attnkit.attention import MultiHeadAttention
 from attnkit.config import load_config
 from attnkit.data.batching import pad_sequences
 from attnkit.errors import UserError
-from attnkit.interfaces import EncoderOutput, StepOutput
+from attnkit.decoders.transformer import RecomputingDecoder
 from attnkit.search import beam_search
 from attnkit.vocab import Vocabulary
 from conftest import TINY_TRANSFORMER, tiny_model
@@ -91,40 +88,6 @@ def test_the_beams_of_a_source_attend_over_one_copy_as_over_their_own(need_weigh
         torch.testing.assert_close(shared_weights, own_weights)
 
 
-@dataclass(frozen=True)
-class _PrefixState:
-    """A state without a cache: the whole prefix of every row, decoded again at every step."""
-
-    encoded: EncoderOutput  # one row per source
-    prefix: Tensor  # (B*K, t)
-    beams: int = 1
-
-    def expand_beams(self, beams: int) -> "_PrefixState":
-        return replace(self, prefix=self.prefix.repeat_interleave(beams, 0), beams=self.beams * beams)
-
-    def select_beams(self, rows: Tensor, sources: Tensor) -> "_PrefixState":
-        e = self.encoded
-        encoded = EncoderOutput(e.memory[sources], e.mask[sources], e.init_state[sources], e.layout)
-        return replace(self, encoded=encoded, prefix=self.prefix[rows])
-
-
-class _Recomputing:
-    """The decoder without its key/value cache: each step runs the teacher-forced pass over the prefix."""
-
-    def __init__(self, decoder):
-        self.decoder = decoder
-
-    def init_state(self, encoded: EncoderOutput) -> _PrefixState:
-        return _PrefixState(encoded, torch.zeros(encoded.batch_size, 0, dtype=torch.long))
-
-    def step(self, previous: Tensor, state: _PrefixState) -> StepOutput:
-        prefix = torch.cat([state.prefix, previous.unsqueeze(1)], 1)  # (B*K, t + 1)
-        e, k = state.encoded, state.beams
-        rows = EncoderOutput(e.memory.repeat_interleave(k, 0), e.mask.repeat_interleave(k, 0), e.init_state.repeat_interleave(k, 0), e.layout)
-        output = self.decoder(rows, prefix)
-        return StepOutput(output.logits[:, -1], output.attention[:, -1], replace(state, prefix=prefix))
-
-
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_beam_search_with_the_cache_equals_recomputing_the_prefix(vocab, beam_size):
     model = _model(vocab, seed=3)
@@ -132,7 +95,7 @@ def test_beam_search_with_the_cache_equals_recomputing_the_prefix(vocab, beam_si
         model.decoder.output.bias[EOS] += 1.0  # hypotheses end at different lengths
     encoded = model.encode(SOURCES)
     cached = beam_search(model.decoder, encoded, BOS, EOS, beam_size, max_length=9, n_best=beam_size)
-    recomputed = beam_search(_Recomputing(model.decoder), encoded, BOS, EOS, beam_size, max_length=9, n_best=beam_size)
+    recomputed = beam_search(RecomputingDecoder(model.decoder), encoded, BOS, EOS, beam_size, max_length=9, n_best=beam_size)
     for mine, theirs in zip(cached, recomputed):
         assert [h.tokens for h in mine] == [h.tokens for h in theirs]
         for a, b in zip(mine, theirs):

@@ -197,3 +197,45 @@ class TransformerDecoder(nn.Module):
             return DecoderOutput(logits, None, encoded.mask)
         heads = torch.stack([weights[i] for i in range(len(self.layers))], 1)  # (B, N, h, T, L)
         return DecoderOutput(logits, self._aggregate(heads[:, self.attention_layer]), encoded.mask, heads)
+
+
+# -- the same decoder without its cache, for tests and benchmarks -------------------------------------------------
+@dataclass(frozen=True)
+class PrefixState:
+    """Every row's whole prefix, decoded again at every step."""
+
+    encoded: EncoderOutput  # one row per source
+    prefix: Tensor  # (B*K, t) the words read so far
+    beams: int = 1
+
+    @property
+    def mask(self) -> Tensor:
+        return self.encoded.mask  # (B, L)
+
+    def expand_beams(self, beams: int) -> "PrefixState":
+        return replace(self, prefix=self.prefix.repeat_interleave(beams, 0), beams=self.beams * beams)
+
+    def select_beams(self, rows: Tensor, sources: Tensor) -> "PrefixState":
+        e = self.encoded
+        kept = EncoderOutput(e.memory.index_select(0, sources), e.mask.index_select(0, sources), e.init_state.index_select(0, sources), e.layout)
+        return replace(self, encoded=kept, prefix=self.prefix.index_select(0, rows))
+
+
+class RecomputingDecoder:
+    """A decoder's ``step`` without a key/value cache: each step runs the teacher-forced pass over the whole
+    prefix (O(t^2) per output) and keeps its last position. What the cache must equal (tests), and what it
+    saves (``bench/beam_speed.py --no-cache``)."""
+
+    def __init__(self, decoder: TransformerDecoder):
+        self.decoder = decoder
+        self.reading_offset = decoder.reading_offset
+
+    def init_state(self, encoded: EncoderOutput) -> PrefixState:
+        return PrefixState(encoded, encoded.mask.new_zeros(encoded.batch_size, 0, dtype=torch.long))
+
+    def step(self, previous: Tensor, state: PrefixState) -> StepOutput:
+        prefix = torch.cat([state.prefix, previous.unsqueeze(1)], 1)  # (B*K, t + 1)
+        e, k = state.encoded, state.beams
+        rows = EncoderOutput(e.memory.repeat_interleave(k, 0), e.mask.repeat_interleave(k, 0), e.init_state.repeat_interleave(k, 0), e.layout)
+        output = self.decoder(rows, prefix)
+        return StepOutput(output.logits[:, -1], output.attention[:, -1], replace(state, prefix=prefix))
