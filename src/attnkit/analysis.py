@@ -249,17 +249,23 @@ def word_attention(steps: Tensor, words: int, reading_offset: int, extraction: s
 
 # -- forced decoding ------------------------------------------------------------------------------------------
 @torch.no_grad()
-def forced_attention(decoder, encoded: EncoderOutput, targets: Tensor, read_eos: bool = False) -> list[Tensor]:
+def forced_attention(decoder, encoded: EncoderOutput, targets: Tensor, read_eos: bool = False, heads: bool = False) -> list[Tensor]:
     """Teacher-force each row of ``targets`` (B, T) (<bos> w1 ... <eos> <pad> ...) through the decoder and
     return, per example, the attention (T_i, L_i) of its steps w1 ... <eos> over its real positions.
 
     ``read_eos``: one step more, whose input is <eos> (T_i + 1 rows): the step at which a ``bahdanau``
     decoder's query has read the last word (``decoder.reading_offset``). The same target sentence
     forced through an image encoder and a text encoder gives attention for the same words in both modalities.
+    ``heads``: every layer's and head's attention instead, (T_i, N, h, L_i) per example (a single-head
+    decoder's is its one attention, N = h = 1).
     """
     output = decoder(encoded, targets if read_eos else targets[:, :-1])  # attention (B, T, L)
     steps = (targets != Vocabulary.pad_index).sum(1) - (0 if read_eos else 1)  # (B,) <bos> w1 ... (<eos>): one step each
-    return [output.attention[i, : int(steps[i])][:, encoded.mask[i]].float().cpu() for i in range(targets.shape[0])]
+    if not heads:
+        return [output.attention[i, : int(steps[i])][:, encoded.mask[i]].float().cpu() for i in range(targets.shape[0])]
+    every = output.heads if output.heads is not None else output.attention[:, None, None]  # (B, N, h, T, L)
+    every = every.permute(0, 3, 1, 2, 4)  # (B, T, N, h, L)
+    return [every[i, : int(steps[i])][..., encoded.mask[i]].float().cpu() for i in range(targets.shape[0])]
 
 
 # -- faithfulness: erasure ---------------------------------------------------------------------------------------
