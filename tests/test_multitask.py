@@ -201,3 +201,4 @@ def test_a_joint_transformer_reports_every_heads_grounding_and_its_declared_head
     assert [len(row) for row in table["image_pointing_hit_rate"]] == [2, 2] and [len(row) for row in table["text_aer"]] == [2, 2]
     assert metrics["grounding"]["pointing_hit_rate"] == table["image_pointing_hit_rate"][0][1]  # layer 0, head 1: the declared one
     assert metrics["grounding"]["aer"] == table["text_aer"][0][1]
+    assert (out / "heads.png").stat().st_size > 0  # the layer x head figure
