@@ -6,6 +6,8 @@ Run from the project root::
     python bench/beam_speed.py --memory grid                      # the Flickr8k captioning decoder over 7x7 grids (49 cells)
     python bench/beam_speed.py --max-length 150 --eos-bias -10000  # long outputs: <eos> never wins, every sentence runs 150 steps
     python bench/beam_speed.py --sources 8 --repeats 1 --threads 1  # a smoke check (seconds)
+    python bench/beam_speed.py --decoder transformer --max-length 40 --eos-bias -10000            # the Transformer, its key/value cache ...
+    python bench/beam_speed.py --decoder transformer --max-length 40 --eos-bias -10000 --no-cache # ... against recomputing the prefix
 
 What is timed: ``beam_search`` over the sources in length-sorted batches of
 ``--batch-size`` (as ``Translator.translate`` decodes), ``--repeats`` times after a
@@ -34,6 +36,11 @@ of 6..18 random words (Multi30k's German test sentences average about 11 words
 before tokenisation). ``grid``: tasks/configs/flickr8k.yaml's decoder (Bahdanau
 LSTM 512, additive attention 512, beta gate; 1,757 words and the specials; no
 length penalty) over random memories of ``--grid`` x ``--grid`` cells of 512.
+``--decoder transformer``: tasks/configs/multi30k_de_en_transformer.yaml's sizes
+(TRANSFORMER below: 3 + 3 layers, model size 256, 4 heads, feed-forward 1024, tied
+target embeddings) with either memory; ``--no-cache`` decodes every step by running
+the teacher-forced pass over the whole prefix again
+(``attnkit.decoders.transformer.RecomputingDecoder``), which the key/value cache saves.
 
 Human-readable lines first; the LAST line of stdout is one JSON object. Run it on
 idle cores: the script says when it sees other work just before starting
@@ -55,10 +62,11 @@ from torch import Tensor
 
 from attnkit.config import DecoderConfig, SearchConfig, TextEncoderConfig
 from attnkit.data.batching import pad_sequences
-from attnkit.decoder import AttentionDecoder, DecoderState, StepOutput
-from attnkit.encoders.text import TextEncoder
+from attnkit.decoders import build_decoder
+from attnkit.decoders.transformer import RecomputingDecoder
+from attnkit.encoders.text import build_text_encoder
 from attnkit.errors import run_cli
-from attnkit.interfaces import EncoderOutput, Grid
+from attnkit.interfaces import Decoder, DecoderState, EncoderOutput, Grid, StepOutput
 from attnkit.search import Hypothesis, beam_search, max_steps
 from attnkit.vocab import SPECIALS, Vocabulary
 from machine import busy_cores, print_result
@@ -71,11 +79,14 @@ SHORTEST, LONGEST = 6, 18
 MEMORY_SIZE = 512
 TEXT_SEARCH = SearchConfig(beam_size=5, length_penalty=1.0)  # multi30k_de_en.yaml (limit 2 x source + 10)
 GRID_SEARCH = SearchConfig(beam_size=5, length_penalty=0.0, max_length_ratio=0.0, max_length_offset=30)  # flickr8k.yaml
+TRANSFORMER = dict(family="transformer", hidden_size=256, embedding_size=256, num_layers=3, heads=4, feedforward_size=1024, dropout=0.0)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--memory", choices=("text", "grid"), default="text", help="translation model over words, or captioning decoder over grids")
+    parser.add_argument("--decoder", choices=("rnn", "transformer"), default="rnn", help="the recipe's RNN, or the Transformer recipe's sizes")
+    parser.add_argument("--no-cache", action="store_true", help="transformer: recompute the prefix at every step instead of reading the key/value cache")
     parser.add_argument("--grid", type=int, default=7, help="grid side for --memory grid: 7 (49 cells) or 8 (64)")
     parser.add_argument("--sources", type=int, default=256, help="sentences (or images) to decode")
     parser.add_argument("--batch-size", type=int, default=64)
@@ -92,7 +103,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 class CountingDecoder:
     """The decoder as search sees it (``init_state`` and ``step``), counting the steps taken and the rows they ran."""
 
-    def __init__(self, decoder: AttentionDecoder):
+    def __init__(self, decoder: Decoder):
         self.decoder, self.steps, self.rows = decoder, 0, 0
 
     def init_state(self, encoded: EncoderOutput) -> DecoderState:
@@ -104,35 +115,46 @@ class CountingDecoder:
         return self.decoder.step(previous, state)
 
 
-def build(args: argparse.Namespace) -> tuple[AttentionDecoder, list[EncoderOutput], SearchConfig, str]:
+def build(args: argparse.Namespace) -> tuple[Decoder, list[EncoderOutput], SearchConfig, str]:
     """The decoder, the encoded batches, the recipe's search settings and a description."""
     torch.manual_seed(args.seed)
+    transformer = args.decoder == "transformer"
     if args.memory == "text":
-        encoder = TextEncoder(TextEncoderConfig(embedding_size=256, hidden_size=256, rnn="gru", bidirectional=True, dropout=0.0), SOURCE_VOCAB).eval()
-        settings = DecoderConfig(embedding_size=256, hidden_size=512, rnn="gru", style="luong", score="general", dropout=0.0, tie_embeddings=True)
-        decoder = AttentionDecoder(settings, TARGET_VOCAB, memory_size=encoder.output_size, init_size=encoder.init_size).eval()
+        if transformer:
+            encoder_settings = TextEncoderConfig(**TRANSFORMER)
+            settings = DecoderConfig(**TRANSFORMER, tie_embeddings=True)
+        else:
+            encoder_settings = TextEncoderConfig(embedding_size=256, hidden_size=256, rnn="gru", bidirectional=True, dropout=0.0)
+            settings = DecoderConfig(embedding_size=256, hidden_size=512, rnn="gru", style="luong", score="general", dropout=0.0, tie_embeddings=True)
+        encoder = build_text_encoder(encoder_settings, SOURCE_VOCAB).eval()
+        decoder = build_decoder(settings, TARGET_VOCAB, memory_size=encoder.output_size, init_size=encoder.init_size).eval()
         rng = random.Random(args.seed)
         sources = [[rng.randrange(FIRST_WORD, SOURCE_VOCAB) for _ in range(rng.randint(SHORTEST, LONGEST))] for _ in range(args.sources)]
         sources.sort(key=len)  # similar lengths together, as translation batches them
         with torch.no_grad():
             batches = [encoder(pad_sequences(sources[i : i + args.batch_size])) for i in range(0, len(sources), args.batch_size)]
-        what = f"Multi30k-sized translation model, sources of {SHORTEST}..{LONGEST} words, target vocabulary {TARGET_VOCAB}"
+        what = f"Multi30k-sized {args.decoder} translation model, sources of {SHORTEST}..{LONGEST} words, target vocabulary {TARGET_VOCAB}"
         search = TEXT_SEARCH
     else:
-        settings = DecoderConfig(
-            embedding_size=256, hidden_size=512, rnn="lstm", style="bahdanau", score="additive", attention_size=512, context_gate=True, dropout=0.0
-        )
-        decoder = AttentionDecoder(settings, CAPTION_VOCAB, memory_size=MEMORY_SIZE, init_size=MEMORY_SIZE).eval()
+        if transformer:
+            settings = DecoderConfig(**TRANSFORMER)
+        else:
+            settings = DecoderConfig(
+                embedding_size=256, hidden_size=512, rnn="lstm", style="bahdanau", score="additive", attention_size=512, context_gate=True, dropout=0.0
+            )
+        decoder = build_decoder(settings, CAPTION_VOCAB, memory_size=MEMORY_SIZE, init_size=MEMORY_SIZE).eval()
         cells = args.grid * args.grid
         batches = []
         for start in range(0, args.sources, args.batch_size):
             memory = torch.randn(min(args.batch_size, args.sources - start), cells, MEMORY_SIZE)  # (B, L, D)
             mask = torch.ones(memory.shape[:2], dtype=torch.bool)  # (B, L) every cell is real
             batches.append(EncoderOutput(memory, mask, memory.mean(1), Grid(args.grid, args.grid)))
-        what = f"Flickr8k-sized captioning decoder over {args.grid}x{args.grid} grids of {MEMORY_SIZE}, vocabulary {CAPTION_VOCAB}"
+        what = f"Flickr8k-sized {args.decoder} captioning decoder over {args.grid}x{args.grid} grids of {MEMORY_SIZE}, vocabulary {CAPTION_VOCAB}"
         search = GRID_SEARCH
     with torch.no_grad():
         decoder.output.bias[EOS] += args.eos_bias
+    if args.no_cache:
+        decoder = RecomputingDecoder(decoder)
     return decoder, batches, search, what
 
 
@@ -153,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.grid, args.sources, args.batch_size, args.beam, args.repeats, args.threads) < 1 or args.max_length < 0:
         parser.error("--grid, --sources, --batch-size, --beam, --repeats and --threads must be at least 1, --max-length at least 0")
+    if args.no_cache and args.decoder != "transformer":
+        parser.error("--no-cache applies to --decoder transformer (an RNN carries its state, not a cache)")
     torch.set_num_threads(args.threads)
     busy_before = busy_cores()
     decoder, batches, search, what = build(args)
@@ -182,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "beam_speed",
         "memory": args.memory,
+        "decoder": args.decoder,
+        "cache": args.decoder == "transformer" and not args.no_cache,
         "grid": args.grid if args.memory == "grid" else None,
         "sources": args.sources,
         "batch_size": args.batch_size,

@@ -7,7 +7,8 @@ Runs on embedded data only, so it works on a machine that has nothing but this
 checkout: the translation recipe (tasks/configs/multi30k_de_en.yaml's model) on the
 Tatoeba corpus in data/, the captioning recipe (flickr8k.yaml's frozen EfficientNet-
 Lite0 + Show-Attend-Tell decoder) and the joint recipe (scenes_multitask.yaml) on
-generated scenes. Each goes through the task's own ``prepare`` (data, feature cache,
+generated scenes, and the same three with their Transformer recipes' models
+(multi30k_de_en_transformer.yaml, flickr8k_transformer.yaml, scenes_transformer.yaml). Each goes through the task's own ``prepare`` (data, feature cache,
 model) and the shared Trainer, epoch after epoch until ``--steps`` optimizer steps;
 validation is not run. Reports per recipe: steps, target tokens/s of the last epoch,
 peak CUDA memory allocated and reserved.
@@ -41,6 +42,10 @@ TINY = [
     "decoder.attention_size=8", "image_encoder.backbone=resnet18", "image_encoder.weights=none", "image_encoder.image_size=32",
     "image_encoder.grid_size=2", "image_encoder.blocks=0", "image_encoder.memory_size=16", "train.batch_size=8",
 ]  # fmt: skip
+TINY_TRANSFORMER = ["text_encoder.hidden_size=16", "text_encoder.heads=2", "text_encoder.feedforward_size=32", "decoder.heads=2", "decoder.feedforward_size=32"]
+
+
+RECIPES = ("translation", "captioning", "multitask", "translation_transformer", "captioning_transformer", "multitask_transformer")
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -49,7 +54,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--precision", default="auto", help="auto | fp32 | bf16 | fp16")
     parser.add_argument("--steps", type=int, default=300, help="optimizer steps per recipe (whole epochs until at least this many)")
     parser.add_argument("--scenes", type=int, default=1000, help="generated training scenes for the captioning and joint recipes")
-    parser.add_argument("--recipes", default="translation,captioning,multitask")
+    parser.add_argument("--recipes", default=",".join(RECIPES))
     parser.add_argument("--tiny", action="store_true", help="tiny models and data (a path check, not a measurement)")
     return parser
 
@@ -63,10 +68,15 @@ def recipe_configs(args: argparse.Namespace, scenes: Path, cache: Path) -> dict:
     joint = [f"data.path={scenes / 'captions'}", f"data.text_path={scenes / 'text'}"]
     if args.tiny:  # the joint model's two memories must agree with TINY's sizes
         joint += ["text_encoder.rnn=none", "text_encoder.embedding_size=16"]
+    transformer = [*common, *TINY_TRANSFORMER] if args.tiny else common
     return {
         "translation": (prepare_translation, load_config(ROOT / "tasks/configs/multi30k_de_en.yaml", [*text, *common])),
         "captioning": (prepare_captioning, load_config(ROOT / "tasks/configs/flickr8k.yaml", [*captions, *common])),
         "multitask": (prepare_multitask, load_config(ROOT / "tasks/configs/scenes_multitask.yaml", [*joint, *common])),
+        # The Transformer recipes' models on the same data (the subword recipe's tokenizer makes its pieces on Tatoeba).
+        "translation_transformer": (prepare_translation, load_config(ROOT / "tasks/configs/multi30k_de_en_transformer.yaml", [*text, *transformer, "data.tokenizer.vocab_size=1000"])),
+        "captioning_transformer": (prepare_captioning, load_config(ROOT / "tasks/configs/flickr8k_transformer.yaml", [*captions, *transformer])),
+        "multitask_transformer": (prepare_multitask, load_config(ROOT / "tasks/configs/scenes_transformer.yaml", [*joint, *transformer])),
     }
 
 

@@ -244,6 +244,8 @@ def check_joey_can_express(recipe: ExperimentConfig) -> None:
         problems.append(f"task is {recipe.task}, not translation")
     if recipe.data.tokenizer.kind == Tokenizer.SUBWORDS:
         problems.append("data.tokenizer.kind is sentencepiece; the race feeds Joey attnkit's words (moses, nltk or space)")
+    if encoder.family != "rnn" or decoder.family != "rnn":
+        problems.append("the text encoder or the decoder is a transformer; the race mirrors attnkit's recurrent recipe only (Joey's Transformer is not raced yet)")
     if encoder.rnn not in ("gru", "lstm"):
         problems.append(f"text_encoder.rnn is {encoder.rnn}; Joey's recurrent encoder is a GRU or an LSTM")
     if decoder.style != "luong":

@@ -21,7 +21,7 @@ Run from the project root::
    BLEU and exact match, pointing-game hit rate and in-box attention mass over the
    words that name an object, AER of the text attention against the gold alignments.
    Which step's attention is a word's (the step that emits it, or the step whose query
-   has read it: ``attnkit.analysis.reading_offset``) is chosen on the validation scenes
+   has read it: ``decoder.reading_offset``) is chosen on the validation scenes
    first; the figures of both are reported for every split.
 
 Targets from the issue, for the joint model on the in-distribution split: pointing

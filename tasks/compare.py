@@ -36,7 +36,7 @@ from attnkit.errors import UserError, run_cli
 from attnkit.report import compare_scenes, write_comparison
 
 COMPARISON_FILES = ("comparison.png", "report.html", "statistics.json")  # what write_comparison writes in its folder
-SCENE_FILES = ("metrics.json", "distributions.png")  # what compare_scenes writes, beside example/ (a comparison)
+SCENE_FILES = ("metrics.json", "distributions.png", "erasure.png", "heads.png")  # what compare_scenes writes, beside example/ (a comparison); heads.png for a multi-head decoder
 SCENE_SIZES = (8, 2048)  # smaller scenes have no room for their objects; larger ones only cost memory
 
 

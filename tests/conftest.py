@@ -44,6 +44,10 @@ def vocab() -> Vocabulary:
     return Vocabulary.build([["w%d" % i for i in range(7)]])  # 4 specials + 7 words
 
 
+# decoder settings of a tiny Transformer for tiny_config / tiny_model: 2 layers of 2 heads over a model size of 8
+TINY_TRANSFORMER = dict(family="transformer", embedding_size=8, hidden_size=8, heads=2, num_layers=2, feedforward_size=12)
+
+
 def tiny_config(**decoder) -> ExperimentConfig:
     encoder = TextEncoderConfig(embedding_size=6, hidden_size=5, dropout=0.0)
     settings = dict(embedding_size=6, hidden_size=10, attention_size=7, dropout=0.0)

@@ -15,7 +15,6 @@ from attnkit.analysis import (
     EMITTING,
     READING,
     forced_attention,
-    reading_offset,
     word_attention,
     image_grounding,
     peak_weight,
@@ -23,9 +22,10 @@ from attnkit.analysis import (
     text_grounding,
 )
 from attnkit.data.batching import pad_sequences
-from attnkit.decoder import DecoderState, StepOutput
+from attnkit.decoders.rnn import RNNState
+from attnkit.interfaces import StepOutput
 from attnkit.interfaces import EncoderOutput, Tokens
-from conftest import tiny_model
+from conftest import TINY_TRANSFORMER, tiny_model
 
 
 def test_uniform_rows_have_maximal_entropy_and_one_hot_rows_none():
@@ -100,23 +100,22 @@ def test_forced_attention_returns_one_row_per_target_token_over_real_positions(v
         torch.testing.assert_close(r.sum(-1), torch.ones(r.shape[0]))
 
 
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
-def test_the_reading_step_is_the_first_whose_attention_depends_on_the_word(vocab, style):
-    """Change word w_1 of a forced target: the attention of the steps before reading_offset(style) + 1 stays the
+@pytest.mark.parametrize("settings", [dict(style="luong"), dict(style="bahdanau", score="additive"), TINY_TRANSFORMER], ids=["luong", "bahdanau", "transformer"])
+def test_the_reading_step_is_the_first_whose_attention_depends_on_the_word(vocab, settings):
+    """Change word w_1 of a forced target: the attention of the steps before the decoder's reading_offset + 1 stays the
     same, the step there changes; so 'reading' picks the first step whose query has read the word."""
-    extra = {"score": "additive"} if style == "bahdanau" else {}
-    model = tiny_model(vocab, style=style, **extra)
+    model = tiny_model(vocab, **settings)
     encoded = model.encode(pad_sequences([[4, 5, 6, 7]]))
     one, other = (forced_attention(model.decoder, encoded, torch.tensor([[2, 4, word, 6, 3]]), read_eos=True)[0] for word in (5, 9))
     assert one.shape == (5, 4)  # <bos> w0 w1 w2 <eos> read: 3 words + <eos> + the step that reads <eos>
-    offset = reading_offset(style)
+    offset = model.decoder.reading_offset
     torch.testing.assert_close(one[: 1 + offset], other[: 1 + offset])  # steps 0 .. offset have not read w1
     assert not torch.allclose(one[1 + offset], other[1 + offset])
     words = 3
-    torch.testing.assert_close(word_attention(one, words, style, READING), one[offset : offset + words])
-    torch.testing.assert_close(word_attention(one, words, style, EMITTING), one[:words])
+    torch.testing.assert_close(word_attention(one, words, offset, READING), one[offset : offset + words])
+    torch.testing.assert_close(word_attention(one, words, offset, EMITTING), one[:words])
     with pytest.raises(ValueError):
-        word_attention(one[:-1], words, style, READING) if style == "bahdanau" else word_attention(one[:3], words, style, READING)
+        word_attention(one[: offset + words - 1], words, offset, READING)
 
 
 class _ReadsOnePosition:
@@ -125,7 +124,7 @@ class _ReadsOnePosition:
 
     def init_state(self, encoded):
         rows = encoded.batch_size
-        return DecoderState(torch.zeros(1, rows, 1), None, None, encoded.memory, encoded.memory, encoded.mask)
+        return RNNState(torch.zeros(1, rows, 1), None, None, encoded.memory, encoded.memory, encoded.mask)
 
     def step(self, previous, state):
         sees = state.mask[:, 2].float()  # (B,)
@@ -145,10 +144,13 @@ def test_erasure_finds_the_one_position_a_stub_decoder_reads():
     torch.testing.assert_close(found.flip_share[:2], torch.full((2,), 0.75))
 
 
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
-def test_erasure_of_all_steps_at_once_equals_one_step_at_a_time(vocab, style):
-    extra = {"score": "additive", "rnn": "lstm"} if style == "bahdanau" else {"input_feeding": True}
-    model = tiny_model(vocab, style=style, **extra)
+@pytest.mark.parametrize(
+    "settings",
+    [dict(style="luong", input_feeding=True), dict(style="bahdanau", score="additive", rnn="lstm"), TINY_TRANSFORMER],
+    ids=["luong", "bahdanau", "transformer"],
+)
+def test_batched_erasure_equals_one_step_at_a_time(vocab, settings):
+    model = tiny_model(vocab, **settings)
     encoded = model.encode(pad_sequences([[4, 5, 6, 7, 8]]))
     target = torch.tensor([2, 5, 9, 6, 3])
     found = erasure(model.decoder, encoded, target, draws=2, generator=torch.Generator().manual_seed(1))

@@ -9,25 +9,27 @@ from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights, save_c
 from attnkit.config import ExperimentConfig, from_dict, to_dict
 from attnkit.data.batching import pad_sequences
 from attnkit.errors import UserError
-from attnkit.model import build_translation_model
+from attnkit.model import build_translation_model, model_from_checkpoint
 from attnkit.search import beam_search
 from attnkit.vocab import Vocabulary
-from conftest import tiny_config, tiny_model
+from conftest import TINY_TRANSFORMER, tiny_config, tiny_model
 
 
-def _save(tmp_path, model, vocab, task="translation"):
-    checkpoint = Checkpoint(task, to_dict(tiny_config(style="bahdanau")), {"source": vocab.to_list(), "target": vocab.to_list()}, model.state_dict())
+def _save(tmp_path, model, vocab, task="translation", **decoder):
+    config = to_dict(tiny_config(**(decoder or dict(style="bahdanau"))))
+    checkpoint = Checkpoint(task, config, {"source": vocab.to_list(), "target": vocab.to_list()}, model.state_dict())
     return save_checkpoint(tmp_path / "model.pt", checkpoint)
 
 
-def test_round_trip_gives_identical_outputs_and_loads_weights_only(tmp_path, vocab):
-    model = tiny_model(vocab, style="bahdanau")
-    path = _save(tmp_path, model, vocab)
+@pytest.mark.parametrize("decoder", [dict(style="bahdanau"), TINY_TRANSFORMER], ids=["rnn", "transformer"])
+def test_round_trip_gives_identical_outputs_and_loads_weights_only(tmp_path, vocab, decoder):
+    model = tiny_model(vocab, **decoder)
+    path = _save(tmp_path, model, vocab, **decoder)
     raw = torch.load(path, weights_only=True)  # no pickled objects: loading cannot run code
     assert raw["format"] == "attnkit-checkpoint" and raw["task"] == "translation"
 
     loaded = load_checkpoint(path, task="translation")
-    rebuilt = build_translation_model(tiny_config(style="bahdanau"), Vocabulary(loaded.vocabularies["source"]), Vocabulary(loaded.vocabularies["target"])).eval()
+    rebuilt = model_from_checkpoint(loaded).eval()
     load_weights(rebuilt, loaded)
     source = pad_sequences([[4, 5, 6], [7, 8]])
     before = beam_search(model.decoder, model.encode(source), 2, 3, beam_size=3, max_length=6)

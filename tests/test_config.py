@@ -188,15 +188,17 @@ def test_every_default_is_valid_and_direct_construction_is_checked():
 
 
 def test_each_choice_list_is_the_one_beside_the_code_and_errors_list_it():
-    from attnkit import attention, cells, decoder, model, translation
+    from attnkit import attention, cells, decoders, model, translation
+    from attnkit.decoders import rnn
     from attnkit.captioning import TASK as CAPTIONING
     from attnkit.encoders import image, text
     from attnkit.vocab import Tokenizer
 
     lists = {
         "decoder.score": attention.SCORE_FUNCTIONS,
-        "decoder.style": decoder.STYLES,
-        "decoder.init": decoder.INITS,
+        "decoder.family": decoders.FAMILIES,
+        "decoder.style": rnn.STYLES,
+        "decoder.init": rnn.INITS,
         "decoder.rnn": cells.CELLS,
         "text_encoder.rnn": text.RNNS,
         "image_encoder.backbone": image.BACKBONES,

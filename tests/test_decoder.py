@@ -6,7 +6,7 @@ import torch
 from attnkit.attention import SCORES
 from attnkit.data.batching import Batch, pad_sequences
 from attnkit.errors import UserError
-from attnkit.decoder import AttentionDecoder
+from attnkit.decoders.rnn import RNNDecoder
 from attnkit.vocab import Vocabulary
 from conftest import tiny_config, tiny_model
 
@@ -94,13 +94,13 @@ def test_lstm_bridge_initialises_hidden_and_cell(vocab):
         (dict(style="bahdanau", input_feeding=True), "luong style only"),
         (dict(style="luong", context_gate=True), "bahdanau style only"),
         (dict(rnn="rnn"), "decoder.rnn"),
-        (dict(style="transformer"), "decoder.style"),
+        (dict(style="attend-first"), "decoder.style"),
         (dict(init="random"), "decoder.init"),
     ],
 )
 def test_inconsistent_decoder_settings_are_user_errors(settings, message):
     with pytest.raises(UserError, match=message):
-        AttentionDecoder(tiny_config(**settings).decoder, vocab_size=11, memory_size=10, init_size=10)
+        RNNDecoder(tiny_config(**settings).decoder, vocab_size=11, memory_size=10, init_size=10)
 
 
 def test_objective_equals_torch_cross_entropy_and_counts_only_real_tokens(vocab):
@@ -125,8 +125,8 @@ class FixedLogits(torch.nn.Module):
         super().__init__()
         self.logits = torch.nn.Parameter(logits)
 
-    def forward(self, batch, teacher_forcing=1.0):
-        from attnkit.decoder import DecoderOutput
+    def forward(self, batch, teacher_forcing=1.0, need_attention=True):
+        from attnkit.interfaces import DecoderOutput
 
         B, T, _ = self.logits.shape
         return DecoderOutput(self.logits, torch.ones(B, T, 1), torch.ones(B, 1, dtype=torch.bool))

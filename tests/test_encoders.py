@@ -6,22 +6,28 @@ import torch
 from attnkit.config import ImageEncoderConfig, TextEncoderConfig
 from attnkit.data.batching import pad_sequences
 from attnkit.encoders.image import BACKBONES, ImageEncoder
-from attnkit.interfaces import Pixels
-from attnkit.encoders.text import TextEncoder
+from attnkit.interfaces import GridFeatures, Pixels
+from attnkit.encoders.text import build_text_encoder
 from attnkit.interfaces import Encoder, EncoderOutput, Grid, Tokens
 
 SOURCES = [[4, 5, 6, 7], [8, 9], [5, 6, 7]]
 
 
-def text_encoder(rnn="gru", bidirectional=True, layers=1):
+def text_encoder(rnn="gru", bidirectional=True, layers=1, **settings):
     torch.manual_seed(0)
-    config = TextEncoderConfig(embedding_size=6, hidden_size=5, num_layers=layers, rnn=rnn, bidirectional=bidirectional, dropout=0.0)
-    return TextEncoder(config, vocab_size=12).eval(), pad_sequences(SOURCES)
+    sizes = dict(embedding_size=6, hidden_size=5)
+    config = TextEncoderConfig(**{**sizes, **settings}, num_layers=layers, rnn=rnn, bidirectional=bidirectional, dropout=0.0)
+    return build_text_encoder(config, vocab_size=12).eval(), pad_sequences(SOURCES)
 
 
-def image_encoder(backbone, grid=2, trainable=0, keep_mode=False, blocks=0):
+TRANSFORMER = dict(family="transformer", embedding_size=8, hidden_size=8, heads=2, feedforward_size=12)
+
+
+def image_encoder(backbone, grid=2, trainable=0, keep_mode=False, blocks=0, **settings):
     torch.manual_seed(0)
-    config = ImageEncoderConfig(backbone=backbone, weights="none", image_size=64, grid_size=grid, memory_size=12, trainable_blocks=trainable, blocks=blocks)
+    config = ImageEncoderConfig(
+        backbone=backbone, weights="none", image_size=64, grid_size=grid, memory_size=12, trainable_blocks=trainable, blocks=blocks, **settings
+    )
     encoder = ImageEncoder(config)
     return (encoder if keep_mode else encoder.eval()), Pixels(torch.randn(len(SOURCES), 3, 64, 64))
 
@@ -31,9 +37,12 @@ ENCODERS = {
     "text-bilstm-2layers": lambda: text_encoder("lstm", layers=2),
     "text-gru-unidirectional": lambda: text_encoder(bidirectional=False),
     "text-no-rnn": lambda: text_encoder("none"),
+    "text-transformer-2layers": lambda: text_encoder(layers=2, **TRANSFORMER),
+    "text-transformer-learned-positions": lambda: text_encoder(positions="learned", **TRANSFORMER),
     **{f"image-{name}": (lambda name=name: image_encoder(name)) for name in BACKBONES},
     "image-resnet18-native-grid-fine-tuned": lambda: image_encoder("resnet18", grid=0, trainable=2),
     "image-efficientnet_lite0-cut-at-stride-16": lambda: image_encoder("efficientnet_lite0", grid=0, blocks=12),
+    "image-local_cnn-self-attention": lambda: image_encoder("local_cnn", self_attention_layers=2, heads=2, feedforward_size=16),
 }
 TEXT = [name for name in ENCODERS if name.startswith("text")]
 
@@ -52,7 +61,7 @@ def test_encoder_contract(name):
     assert torch.isfinite(out.memory).all() and torch.isfinite(out.init_state).all()
     if isinstance(out.layout, Tokens):
         assert out.layout.lengths.tolist() == out.mask.sum(1).tolist()
-        assert (out.memory[~out.mask] == 0).all()  # packed RNN leaves padding at zero
+        assert (out.memory[~out.mask] == 0).all()  # every text encoder leaves padding at zero
     else:
         assert isinstance(out.layout, Grid) and length == out.layout.height * out.layout.width
         assert out.mask.all(), "every grid cell is real"
@@ -144,3 +153,35 @@ def test_a_new_image_encoder_never_updates_batchnorm_statistics():
     after = [m.running_mean for m in fresh.backbone.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     assert all(torch.equal(a, b) for a, b in zip(before, after))
     torch.testing.assert_close(fresh(source).memory, encoder.eval()(source).memory)
+
+
+def test_self_attention_lets_a_cell_read_the_others_and_positions_tell_cells_apart():
+    plain, _ = image_encoder("local_cnn")
+    attending, _ = image_encoder("local_cnn", self_attention_layers=1, heads=2, feedforward_size=16)
+    features = torch.zeros(1, plain.channels, 2, 2)
+    changed = features.clone()
+    changed[0, :, 1, 1] = 1.0  # change cell 3 only
+    memory = lambda encoder, f: encoder(GridFeatures(f)).memory[0]  # (4, 12)
+    torch.testing.assert_close(memory(plain, features)[:3], memory(plain, changed)[:3])  # without: a cell is its own features
+    assert not torch.allclose(memory(attending, features)[0], memory(attending, changed)[0])  # with: cell 0 reads cell 3
+    same = memory(attending, features)  # every cell has the same features; only the 2-D position code differs
+    assert not torch.allclose(same[0], same[1]) and not torch.allclose(same[0], same[2])
+
+
+@pytest.mark.parametrize(
+    "settings, key",
+    [
+        (dict(heads=3), "text_encoder.heads"),
+        (dict(embedding_size=6), "text_encoder.embedding_size"),
+        (dict(bidirectional=False), "text_encoder.bidirectional"),
+        (dict(positions="learned", max_positions=10), "text_encoder.max_positions"),
+    ],
+)
+def test_a_transformer_encoder_setting_that_cannot_work_is_one_message_naming_its_key(settings, key):
+    from attnkit.config import load_config
+    from attnkit.errors import UserError
+
+    with pytest.raises(UserError, match=f"config key {key}"):
+        load_config(None, [f"text_encoder.{name}={value}" for name, value in {**TRANSFORMER, **settings}.items()])
+    with pytest.raises(UserError, match="config key image_encoder.heads"):
+        load_config(None, ["image_encoder.self_attention_layers=1", "image_encoder.memory_size=12", "image_encoder.heads=5"])

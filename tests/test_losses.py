@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnkit.data.batching import Batch, pad_sequences
-from attnkit.decoder import DecoderOutput
+from attnkit.interfaces import DecoderOutput
 from attnkit.losses import Seq2SeqObjective, doubly_stochastic_penalty
 
 # One caption of two words + <eos> (3 steps) and a second, shorter one (2 steps, the third padded),
@@ -34,7 +34,7 @@ def test_the_objective_is_the_per_caption_loss_summed_over_the_batch_per_target_
     logits = torch.randn(2, 3, 6)
 
     class Fixed(torch.nn.Module):
-        def forward(self, batch, teacher_forcing):
+        def forward(self, batch, teacher_forcing, need_attention=True):
             return DecoderOutput(logits, ATTENTION, MEMORY_MASK)
 
     batch = Batch(None, TARGETS, torch.arange(2))

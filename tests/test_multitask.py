@@ -164,6 +164,8 @@ def test_joint_training_then_caption_translate_evaluate_and_compare(scenes, tmp_
             assert grounding["aer"] == round(aer, 4)
             assert set(grounding["pointing_hit_rate_by_word_kind"]) <= {"size", "colour", "shape"}
             assert sum(grounding["words_by_word_kind"].values()) == grounding["text_words"]
+        declared = metrics[split]["grounding"]  # a single-head decoder's one head is its declared attention
+        assert metrics[split]["grounding_by_head"] == {"image_pointing_hit_rate": [[declared["pointing_hit_rate"]]], "text_aer": [[declared["aer"]]]}
     assert (scenes_out / "distributions.png").is_file() and (scenes_out / "example" / "report.html").is_file()
     assert (scenes_out / "erasure.png").stat().st_size > 0
     for modality in ("image", "text"):
@@ -183,3 +185,20 @@ def test_position_embedding_needs_a_fixed_grid(scenes, tmp_path):
     vocab = Vocabulary.build([["w"]])
     with pytest.raises(UserError, match="grid_size"):
         build_multitask_model(tiny_joint_config(scenes, tmp_path, "image_encoder.grid_size=0"), vocab, vocab, load_weights=False)
+
+
+def test_a_joint_transformer_reports_every_heads_grounding_and_its_declared_head_is_the_one_scored(scenes, tmp_path):
+    from tasks import compare
+
+    run = tmp_path / "run"
+    transformer = ["decoder.family=transformer", "decoder.style=luong", "decoder.score=scaled_dot", "decoder.embedding_size=12", "decoder.heads=2"]
+    declared = ["decoder.num_layers=2", "decoder.feedforward_size=16", "decoder.attention_layer=0", "decoder.attention_head=1"]
+    train_multitask(tiny_joint_config(scenes, run, "train.epochs=1", *transformer, *declared), progress_bar=False, log=lambda *a: None)
+    out = tmp_path / "compare-scenes"
+    assert compare.main(["--checkpoint", str(run / "best.pt"), "--scenes", "4", "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())["test"]
+    table = metrics["grounding_by_head"]
+    assert [len(row) for row in table["image_pointing_hit_rate"]] == [2, 2] and [len(row) for row in table["text_aer"]] == [2, 2]
+    assert metrics["grounding"]["pointing_hit_rate"] == table["image_pointing_hit_rate"][0][1]  # layer 0, head 1: the declared one
+    assert metrics["grounding"]["aer"] == table["text_aer"][0][1]
+    assert (out / "heads.png").stat().st_size > 0  # the layer x head figure

@@ -143,6 +143,7 @@ def test_overrides_reach_both_systems(peers, tmp_path):
         ("decoder.style=bahdanau", "decoder.style is bahdanau"),
         ("data.tokenizer.kind=sentencepiece", "sentencepiece"),
         ("train.teacher_forcing=0.9", "teacher_forcing"),
+        ("text_encoder.family=transformer", "Transformer is not raced yet"),
     ],
 )
 def test_a_recipe_joey_cannot_mirror_is_refused(peers, tmp_path, override, message):

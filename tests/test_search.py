@@ -2,15 +2,15 @@ import pytest
 import torch
 
 from attnkit.data.batching import pad_sequences
-from attnkit.decoder import StepOutput
+from attnkit.interfaces import StepOutput
 from attnkit.interfaces import EncoderOutput, Tokens
 from attnkit.search import beam_search, greedy_search, length_penalty
 from attnkit.vocab import Vocabulary
-from conftest import tiny_model
+from conftest import TINY_TRANSFORMER, tiny_model
 
 BOS, EOS = Vocabulary.bos_index, Vocabulary.eos_index
 SOURCES = [[4, 5, 6, 7, 8], [9, 10], [5, 5, 6], [10, 9, 8, 7]]
-STYLES = [dict(style="luong"), dict(style="luong", input_feeding=True, rnn="lstm"), dict(style="bahdanau", context_gate=True)]
+STYLES = [dict(style="luong"), dict(style="luong", input_feeding=True, rnn="lstm"), dict(style="bahdanau", context_gate=True), TINY_TRANSFORMER]
 
 
 def _trained_like(vocab, seed=0, **settings):

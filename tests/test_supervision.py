@@ -8,7 +8,7 @@ import torch
 from attnkit.data.batching import Batch, batch_gold, pad_sequences
 from attnkit.data.captions import write_caption_dataset, CaptionedImage
 from attnkit.data.scenes import read_scene_split, write_scene_dataset
-from attnkit.decoder import DecoderOutput
+from attnkit.interfaces import DecoderOutput
 from attnkit.errors import UserError
 from attnkit.losses import Seq2SeqObjective, supervision_loss
 from attnkit.multitask import train_multitask
@@ -41,7 +41,7 @@ def test_the_objective_adds_the_weighted_loss_per_example_only_when_asked():
     assert gold.dense(attention)[1, 1].tolist() == [0, 0, 0.5, 0.5] and gold.dense(attention).sum() == 2
 
     class Fixed(torch.nn.Module):
-        def forward(self, batch, teacher_forcing):
+        def forward(self, batch, teacher_forcing, need_attention=True):
             return DecoderOutput(torch.zeros(2, 3, 6), attention, torch.ones(2, 4, dtype=torch.bool))
 
     batch = Batch(None, pad_sequences([[2, 4, 5, 3], [2, 4, 5, 3]]).ids, torch.arange(2), gold)

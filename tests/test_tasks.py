@@ -138,3 +138,17 @@ def test_demo_runs_on_the_embedded_corpus_and_lists_its_outputs(tmp_path, capsys
     metrics = json.loads((run_dir / "scenes/compare/metrics.json").read_text())
     assert metrics["test"]["scenes"] == 3 and "pointing_hit_rate" in metrics["compositional"]["grounding"]
     assert json.loads((run_dir / "test_scores.json").read_text())["sentences"] == 500
+
+
+def test_the_tiny_transformer_recipe_trains_translates_and_evaluates(toy_data, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    overrides = ["train.epochs=1", f"data.path={toy_data}", f"output_dir={run_dir}", "data.tokenizer.lowercase=false"]
+    argv = ["--config", "tasks/configs/tiny_transformer.yaml", "--no-progress", *(a for o in overrides for a in ("--set", o))]
+    assert run_cli(train.main, argv) == 0
+    capsys.readouterr()
+    png = tmp_path / "attention.png"
+    assert run_cli(translate.main, ["--checkpoint", str(run_dir / "best.pt"), "--beam", "3", "--attention-png", str(png), "a b c"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1 and png.stat().st_size > 1000
+    assert run_cli(evaluate.main, ["--checkpoint", str(run_dir / "best.pt"), "--split", "test", "--beam", "2"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["sentences"] == 60 and result["untranslatable"] == 0 and 0 <= result["bleu"] <= 100

@@ -26,7 +26,6 @@ import torch
 from nltk.translate.metrics import alignment_error_rate
 from torch import Tensor
 
-from attnkit.decoder import STYLES
 from attnkit.interfaces import EncoderOutput
 from attnkit.vocab import Vocabulary
 
@@ -228,32 +227,21 @@ EMITTING, READING = "emitting", "reading"
 EXTRACTIONS = (EMITTING, READING)
 
 
-def reading_offset(style: str) -> int:
-    """How many steps after the step that emits a word the decoder's attention query has read that word.
+def word_attention(steps: Tensor, words: int, reading_offset: int, extraction: str) -> Tensor:
+    """The attention belonging to each of a sentence's ``words`` target words under ``extraction``. (words, L)
 
     Under forced decoding step t reads input y_t (y_0 = <bos>, y_t = w_{t-1}) and emits w_t, so the
     *emitting* extraction reads word w_j's attention from step j. The *reading* extraction (Shift-Att,
-    Chen et al. 2020) takes it from the first step whose attention query has read w_j:
-
-    * ``luong``: a step runs the RNN on its input first and attends with the new state, so step t's
-      query has read y_t; w_j is y_{j+1}: step j + 1 (offset 1);
-    * ``bahdanau``: a step attends with the previous state, made by the step before from its input,
-      then reads its own input; step t's query has read y_{t-1}; w_j is y_{j+1}: step j + 2 (offset 2).
-    """
-    if style not in STYLES:
-        raise ValueError(f"unknown decoder style '{style}'")
-    return STYLES[style]  # each style's offset is declared with it
-
-
-def word_attention(steps: Tensor, words: int, style: str, extraction: str) -> Tensor:
-    """The attention belonging to each of a sentence's ``words`` target words under ``extraction``. (words, L)
+    Chen et al. 2020) takes it from the first step whose attention query has read w_j: ``reading_offset``
+    steps later, a property of the decoder (``decoder.reading_offset``; each RNN style and the
+    Transformer say why theirs is what it is).
 
     ``steps`` (S, L): every forced-decoding step of the sentence, including the one that reads <eos>
     (:func:`forced_attention` with ``read_eos=True``: S = words + 2).
     """
     if extraction not in EXTRACTIONS:
         raise ValueError(f"unknown extraction '{extraction}'; choose one of {', '.join(EXTRACTIONS)}")
-    offset = 0 if extraction == EMITTING else reading_offset(style)
+    offset = 0 if extraction == EMITTING else reading_offset
     if steps.shape[0] < offset + words:
         raise ValueError(f"{steps.shape[0]} steps hold no '{extraction}' attention for {words} words (force the target with read_eos=True)")
     return steps[offset : offset + words]  # (words, L)
@@ -261,17 +249,23 @@ def word_attention(steps: Tensor, words: int, style: str, extraction: str) -> Te
 
 # -- forced decoding ------------------------------------------------------------------------------------------
 @torch.no_grad()
-def forced_attention(decoder, encoded: EncoderOutput, targets: Tensor, read_eos: bool = False) -> list[Tensor]:
+def forced_attention(decoder, encoded: EncoderOutput, targets: Tensor, read_eos: bool = False, heads: bool = False) -> list[Tensor]:
     """Teacher-force each row of ``targets`` (B, T) (<bos> w1 ... <eos> <pad> ...) through the decoder and
     return, per example, the attention (T_i, L_i) of its steps w1 ... <eos> over its real positions.
 
     ``read_eos``: one step more, whose input is <eos> (T_i + 1 rows): the step at which a ``bahdanau``
-    decoder's query has read the last word (see :func:`reading_offset`). The same target sentence
+    decoder's query has read the last word (``decoder.reading_offset``). The same target sentence
     forced through an image encoder and a text encoder gives attention for the same words in both modalities.
+    ``heads``: every layer's and head's attention instead, (T_i, N, h, L_i) per example (a single-head
+    decoder's is its one attention, N = h = 1).
     """
     output = decoder(encoded, targets if read_eos else targets[:, :-1])  # attention (B, T, L)
     steps = (targets != Vocabulary.pad_index).sum(1) - (0 if read_eos else 1)  # (B,) <bos> w1 ... (<eos>): one step each
-    return [output.attention[i, : int(steps[i])][:, encoded.mask[i]].float().cpu() for i in range(targets.shape[0])]
+    if not heads:
+        return [output.attention[i, : int(steps[i])][:, encoded.mask[i]].float().cpu() for i in range(targets.shape[0])]
+    every = output.heads if output.heads is not None else output.attention[:, None, None]  # (B, N, h, T, L)
+    every = every.permute(0, 3, 1, 2, 4)  # (B, T, N, h, L)
+    return [every[i, : int(steps[i])][..., encoded.mask[i]].float().cpu() for i in range(targets.shape[0])]
 
 
 # -- faithfulness: erasure ---------------------------------------------------------------------------------------
@@ -295,14 +289,16 @@ class Erasure:
 
 @torch.no_grad()
 def erasure(decoder, encoded: EncoderOutput, target: Tensor, draws: int = 5, generator: torch.Generator | None = None) -> Erasure:
-    """Erase memory positions from each step's attention under forced decoding, every step at once.
+    """Erase memory positions from each step's attention under forced decoding, one step at a time.
 
-    ``encoded`` holds one source; ``target`` (T + 1,) is <bos> w1 ... <eos>. Under forced decoding the state
-    before step t does not depend on step t's attention, so the states of a plain forced run are kept and
-    step t is run again from its state with positions masked out (through ``mask``: the attention over the
-    others renormalises), for every step and every removal in one batch. Removals per step: the peak, the
-    lowest-weight real position, ``draws`` random real positions, and the top 1, 2, ... weighted positions
-    (for ``flip_share``). Nothing here asks which modality made the memory.
+    ``encoded`` holds one source; ``target`` (T + 1,) is <bos> w1 ... <eos>. The states of a plain forced run
+    are kept, and each step t is run again from its state with positions masked out (through the state's
+    ``mask``: the attention over the others renormalises), every removal of that step in one batch; nothing
+    after step t is touched. That is an intervention on step t alone in any decoder family: in a decoder of
+    several layers, a step's layer-1 output feeds later steps through their self-attention, so intervening
+    on all steps in one parallel pass would let one step's removal reach another's.
+    Removals per step: the peak, the lowest-weight real position, ``draws`` random real positions, and the
+    top 1, 2, ... weighted positions (for ``flip_share``). Nothing here asks which modality made the memory.
     """
     if encoded.batch_size != 1:
         raise ValueError("erasure takes one source at a time")
@@ -341,27 +337,15 @@ def erasure(decoder, encoded: EncoderOutput, target: Tensor, draws: int = 5, gen
     removed = torch.cat([singles, top], 1)  # (T, R, L)
     per_step = removed.shape[1]
 
-    # One decoder step for every (step, removal) row, from that step's stored state.
-    rows = torch.arange(steps, device=device).repeat_interleave(per_step)  # (T*R,)
-    first = states[0]
-    hidden = torch.cat([s.hidden for s in states], 1).index_select(1, rows)  # (N, T*R, H)
-    cell = None if first.cell is None else torch.cat([s.cell for s in states], 1).index_select(1, rows)
-    feed = None if first.feed is None else torch.cat([s.feed for s in states], 0).index_select(0, rows)
-    count = rows.shape[0]
-    intervened = replace(
-        first,
-        hidden=hidden,
-        cell=cell,
-        feed=feed,
-        keys=first.keys.expand(count, -1, -1),
-        memory=first.memory.expand(count, -1, -1),
-        mask=real.unsqueeze(0) & ~removed.reshape(count, -1),  # (T*R, L)
-        beams=1,
-    )
-    out = decoder.step(inputs.index_select(0, rows), intervened)
-    log_p = out.logits.float().log_softmax(-1)  # (T*R, V)
-    drop = (base_gold.index_select(0, rows) - log_p.gather(1, gold.index_select(0, rows).unsqueeze(1)).squeeze(1)).view(steps, per_step)  # (T, R)
-    flip = (log_p.argmax(-1) != base_best.index_select(0, rows)).view(steps, per_step).float()  # (T, R)
+    # Step t once per removal, from that step's stored state: R copies of the one source, each with its own mask.
+    copies = torch.zeros(per_step, dtype=torch.long, device=device)  # (R,) row 0 and source 0, R times
+    erased = []
+    for t, before in enumerate(states):
+        intervened = replace(before.select_beams(copies, copies), mask=real.unsqueeze(0) & ~removed[t])  # (R, L)
+        erased.append(decoder.step(inputs[t].expand(per_step), intervened).logits.float().log_softmax(-1))  # (R, V)
+    log_p = torch.stack(erased)  # (T, R, V)
+    drop = base_gold.unsqueeze(1) - log_p.gather(2, gold.view(steps, 1, 1).expand(-1, per_step, 1)).squeeze(2)  # (T, R)
+    flip = (log_p.argmax(-1) != base_best.unsqueeze(1)).float()  # (T, R)
 
     top_flips = flip[:, 2 + draws :]  # (T, P-1): removing the top k+1
     first_flip = torch.where(top_flips.any(1), top_flips.argmax(1).float() + 1, torch.full((steps,), float("nan"), device=device))  # (T,)

@@ -21,6 +21,10 @@ reads like the paper it reproduces and its parameters carry that paper's names.
 Every score splits into a per-batch part, :meth:`AttentionScore.prepare_keys`
 (the memory projection, computed once per source and kept in the decoder
 *state* so beam search can reorder it), and a per-step part, ``forward``.
+
+:class:`MultiHeadAttention` is the Transformer's attention (Vaswani et al. 2017):
+h heads of scaled dot product over their own projections of query, keys and
+values (legend there).
 """
 
 from __future__ import annotations
@@ -181,3 +185,57 @@ class Attention(nn.Module):
         weights = masked_softmax(self.score(query, keys), mask)  # (B, T, L)
         context = torch.bmm(weights, memory)  # (B, T, D)
         return context, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """h heads of scaled dot-product attention, for self-attention and cross-attention alike.
+
+    Legend: B rows, T queries, L keys, M model size, h heads, d = M / h per head, K beams per source.
+
+    The key/value projection (:meth:`keys_values`) is separate from the attention (``forward``) so a
+    decoder can project the encoder memory once per source and keep it, and append one step's keys to
+    its self-attention cache. Weights are computed only when asked (``need_weights``); otherwise the
+    fused ``scaled_dot_product_attention`` kernel runs and no (B, h, T, L) tensor is made. Both paths
+    give the same output (a test checks it).
+    """
+
+    def __init__(self, model_size: int, heads: int, memory_size: int | None = None, dropout: float = 0.0):
+        super().__init__()
+        if model_size % heads:
+            raise ValueError(f"{heads} heads do not divide the model size {model_size}")
+        self.heads, self.head_size = heads, model_size // heads
+        self.dropout = dropout
+        self.query = nn.Linear(model_size, model_size)
+        self.key_value = nn.Linear(memory_size or model_size, 2 * model_size)  # keys and values in one multiply
+        self.output = nn.Linear(model_size, model_size)
+
+    def keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """memory (B, L, D) -> keys and values (B, h, L, d) each."""
+        batch, length, _ = memory.shape
+        keys, values = self.key_value(memory).view(batch, length, 2, self.heads, self.head_size).permute(2, 0, 3, 1, 4).unbind(0)
+        return keys, values
+
+    def forward(
+        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, beams: int = 1, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """query (B*K, T, M) over keys/values (B, h, L, d) -> output (B*K, T, M) and weights (B*K, h, T, L) or None.
+
+        ``mask`` (B, T or 1, L) bool, True = may attend (None: everything). With ``beams`` K > 1 the K
+        consecutive query rows of a source attend over its one copy of the keys, as K*T queries.
+        """
+        rows, steps, size = query.shape
+        grouped = self.query(query).view(rows // beams, beams * steps, self.heads, self.head_size).transpose(1, 2)  # (B, h, K*T, d)
+        mask = None if mask is None else mask.unsqueeze(1)  # (B, 1, T or 1, L)
+        dropout = self.dropout if self.training else 0.0
+        weights = None
+        if need_weights:
+            scores = grouped @ keys.transpose(-1, -2) / math.sqrt(self.head_size)  # (B, h, K*T, L)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            weights = torch.softmax(scores.float(), dim=-1).to(values.dtype)  # (B, h, K*T, L)
+            attended = nn.functional.dropout(weights, dropout, self.training) @ values  # (B, h, K*T, d)
+            weights = weights.view(rows // beams, self.heads, beams, steps, -1).transpose(1, 2).reshape(rows, self.heads, steps, -1)  # (B*K, h, T, L)
+        else:
+            attended = nn.functional.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, dropout_p=dropout)  # (B, h, K*T, d)
+        attended = attended.transpose(1, 2).reshape(rows, steps, size)  # (B*K, T, M): heads side by side again
+        return self.output(attended), weights

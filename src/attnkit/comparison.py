@@ -13,6 +13,7 @@ for images, the alignment error rate for text, plus caption and translation qual
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,9 +59,21 @@ class Comparison:
     source_words: list[str]  # what the text encoder read
     text_attention: Tensor  # (T, S)
     image_reading: Tensor | None = None  # (T - 1, L) each word's attention at the step whose query has read it
-    text_reading: Tensor | None = None  # (T - 1, S) (see attnkit.analysis.reading_offset)
+    text_reading: Tensor | None = None  # (T - 1, S) (see attnkit.analysis.word_attention)
     image_erasure: Erasure | None = None  # what removing image cells from each step's attention does to its token
     text_erasure: Erasure | None = None  # the same for source words
+    image_heads: Tensor | None = None  # (T + 1, N, h, L) every layer's and head's attention of every step (compare(heads=True))
+    text_heads: Tensor | None = None  # (T + 1, N, h, S); the steps of ``forced_attention(read_eos=True)``
+    image_offset: int = 1  # the captioner's decoder.reading_offset
+    text_offset: int = 1  # the translator's
+
+    def head_attention(self, extraction: str) -> tuple[Tensor, Tensor]:
+        """Every head's attention of the target words under ``extraction``: (W, N, h, L), (W, N', h', S)."""
+        if self.image_heads is None or self.text_heads is None:
+            raise ValueError("this comparison holds no per-head attention (compare(heads=True))")
+        words = len(self.target_words) - 1
+        image = word_attention(self.image_heads, words, self.image_offset, extraction)
+        return image, word_attention(self.text_heads, words, self.text_offset, extraction)
 
     def word_attention(self, extraction: str) -> tuple[Tensor, Tensor]:
         """The image and text attention of the target *words* (not <eos>) under ``extraction``: (W, L), (W, S)."""
@@ -150,13 +163,14 @@ class AttentionComparer:
         return words, caption_ids, text_ids
 
     def compare(
-        self, images: Sequence[ImageInput], sources: Sequence[str], targets: Sequence[str] | None = None, erase: bool = True
+        self, images: Sequence[ImageInput], sources: Sequence[str], targets: Sequence[str] | None = None, erase: bool = True, heads: bool = False
     ) -> list[Comparison]:
         """Force each target (default: the caption decoded from the image) through both encoders' outputs.
 
         ``images``, ``sources`` and ``targets`` are parallel: example i is (image i, source i, target i).
         ``erase``: also measure what erasing memory positions from each step's attention does
         (:func:`attnkit.analysis.erasure`, random draws seeded by the example's position).
+        ``heads``: also keep every layer's and head's attention (a Transformer's; an RNN's one attention).
         """
         if len(images) != len(sources) or (targets is not None and len(targets) != len(images)):
             raise UserError("give as many images as source sentences (and target sentences)")
@@ -175,17 +189,28 @@ class AttentionComparer:
         image_steps = forced_attention(image_decoder, image_encoded, caption_ids.to(self.captioner.device), read_eos=True)
         text_steps = forced_attention(text_decoder, text_encoded, text_ids.to(self.translator.device), read_eos=True)
         grid = (image_encoded.layout.height, image_encoded.layout.width)
+        every = [None] * len(words), [None] * len(words)
+        if heads:
+            every = (
+                forced_attention(image_decoder, image_encoded, caption_ids.to(self.captioner.device), read_eos=True, heads=True),
+                forced_attention(text_decoder, text_encoded, text_ids.to(self.translator.device), read_eos=True, heads=True),
+            )
         comparisons = []
         for i, (w, image, source, text) in enumerate(zip(words, image_steps, source_words, text_steps)):  # (W + 2, L), (W + 2, S)
-            image_reading = word_attention(image, len(w), image_decoder.config.style, READING)
-            text_reading = word_attention(text, len(w), text_decoder.config.style, READING)
+            image_reading = word_attention(image, len(w), image_decoder.reading_offset, READING)
+            text_reading = word_attention(text, len(w), text_decoder.reading_offset, READING)
             erased = (None, None)
             if erase:
                 erased = tuple(
                     erasure(decoder, _one(encoded, i), ids[i, : len(w) + 2], generator=torch.Generator().manual_seed(i))
                     for decoder, encoded, ids in ((image_decoder, image_encoded, caption_ids), (text_decoder, text_encoded, text_ids))
                 )
-            comparisons.append(Comparison([*w, EOS], image[: len(w) + 1], grid, source, text[: len(w) + 1], image_reading, text_reading, *erased))
+            comparisons.append(
+                Comparison(
+                    [*w, EOS], image[: len(w) + 1], grid, source, text[: len(w) + 1], image_reading, text_reading, *erased,
+                    every[0][i], every[1][i], image_decoder.reading_offset, text_decoder.reading_offset,
+                )
+            )  # fmt: skip
         return comparisons
 
 
@@ -277,24 +302,34 @@ class _SceneGrounding:
 
     def add(self, scene: Scene, number: int, image: Tensor, text: Tensor, grid: tuple[int, int]) -> None:
         """One scene's first phrasing: ``image`` (W, L) and ``text`` (W, S), one row per word."""
-        sentence = scene.sentences[0]
-        words = len(sentence.english)
-        boxes = [item.box for item in scene.objects]
-        # Scored one kind of word at a time ("a", "of", size, colour, shape ...); every word has one
-        # kind, so the kinds pooled give the totals.
-        kinds = [word_kind(word) for word in sentence.english]
-        for kind in set(kinds):
-            referents = [r if k == kind else None for r, k in zip(sentence.referents, kinds)]
-            if any(r is not None for r in referents):
-                self.image_by_kind[kind] += image_grounding(image, referents, boxes, grid, (scene.size, scene.size))
-            sure, possible = ([(f, e) for f, e in links if kinds[e] == kind] for links in (sentence.sure, sentence.possible))
-            if possible:
-                self.text_by_kind[kind] += text_grounding(text, sure, possible, words, sentence=number)
+        self.add_image(scene, image, grid)
+        self.add_text(scene, number, text)
         image_summary, text_summary = summarise(image), summarise(text)
         self.image_entropy += image_summary.normalised_entropy
         self.text_entropy += text_summary.normalised_entropy
         self.image_peak += image_summary.peak
         self.text_peak += text_summary.peak
+
+    # Scored one kind of word at a time ("a", "of", size, colour, shape ...); every word has one
+    # kind, so the kinds pooled give the totals.
+    def add_image(self, scene: Scene, image: Tensor, grid: tuple[int, int]) -> None:
+        """The pointing game of one scene's first phrasing, ``image`` (W, L)."""
+        sentence = scene.sentences[0]
+        boxes = [item.box for item in scene.objects]
+        kinds = [word_kind(word) for word in sentence.english]
+        for kind in set(kinds):
+            referents = [r if k == kind else None for r, k in zip(sentence.referents, kinds)]
+            if any(r is not None for r in referents):
+                self.image_by_kind[kind] += image_grounding(image, referents, boxes, grid, (scene.size, scene.size))
+
+    def add_text(self, scene: Scene, number: int, text: Tensor) -> None:
+        """The alignment scores of one scene's first phrasing, ``text`` (W, S)."""
+        sentence = scene.sentences[0]
+        kinds = [word_kind(word) for word in sentence.english]
+        for kind in set(kinds):
+            sure, possible = ([(f, e) for f, e in links if kinds[e] == kind] for links in (sentence.sure, sentence.possible))
+            if possible:
+                self.text_by_kind[kind] += text_grounding(text, sure, possible, len(sentence.english), sentence=number)
 
     def grounding(self) -> dict:
         image_score, text_score = sum(self.image_by_kind.values(), ImageGrounding()), sum(self.text_by_kind.values(), TextGrounding())
@@ -321,6 +356,19 @@ class _SceneGrounding:
 
     def distributions(self) -> dict:
         return {"image_normalised_entropy": self.image_entropy, "text_normalised_entropy": self.text_entropy, "image_peak": self.image_peak, "text_peak": self.text_peak}
+
+
+def _head_table(by_head: dict[str, dict[tuple[int, int], _SceneGrounding]]) -> dict:
+    """Pointing hit rate of every image head and AER of every text head, as layers x heads tables (lists of rows)."""
+
+    def table(scores: dict[tuple[int, int], _SceneGrounding], read) -> list[list[float]]:
+        layers, heads = (max(index[i] for index in scores) + 1 for i in (0, 1))
+        return [[read(scores[layer, head].grounding()) for head in range(heads)] for layer in range(layers)]
+
+    return {
+        "image_pointing_hit_rate": table(by_head["image"], lambda g: g["pointing_hit_rate"]),
+        "text_aer": table(by_head["text"], lambda g: g["aer"]),
+    }
 
 
 def evaluate_scenes(
@@ -358,13 +406,21 @@ def evaluate_scenes(
     exact_translations = sum(t.words == target_tokenize(ref) for t, (_, ref) in zip(translations, pairs))
 
     pooled = {name: _SceneGrounding() for name in EXTRACTIONS}
+    by_head: dict[str, dict[tuple[int, int], _SceneGrounding]] = {modality: defaultdict(_SceneGrounding) for modality in MODALITIES}
     erased = erasure_groups()  # by word kind
     for start in range(0, len(scenes), batch_size):
         chunk = scenes[start : start + batch_size]
-        compared = comparer.compare(images[start : start + batch_size], [s.sentences[0].french_text for s in chunk], [s.sentences[0].english_text for s in chunk])
+        compared = comparer.compare(
+            images[start : start + batch_size], [s.sentences[0].french_text for s in chunk], [s.sentences[0].english_text for s in chunk], heads=True
+        )
         for number, (scene, comparison) in enumerate(zip(chunk, compared), start):
             for name, scores in pooled.items():
                 scores.add(scene, number, *comparison.word_attention(name), comparison.grid)
+            image_heads, text_heads = comparison.head_attention(extraction)  # (W, N, h, L), (W, N', h', S)
+            for layer, head in itertools.product(*map(range, image_heads.shape[1:3])):
+                by_head["image"][layer, head].add_image(scene, image_heads[:, layer, head], comparison.grid)
+            for layer, head in itertools.product(*map(range, text_heads.shape[1:3])):
+                by_head["text"][layer, head].add_text(scene, number, text_heads[:, layer, head])
             add_erasure_by_group(erased, comparison, [word_kind(word) for word in scene.sentences[0].english])
 
     return {
@@ -383,6 +439,7 @@ def evaluate_scenes(
         "extraction": extraction,
         "grounding": pooled[extraction].grounding(),
         "grounding_by_extraction": {name: scores.grounding() for name, scores in pooled.items()},
+        "grounding_by_head": _head_table(by_head),
         "attention": pooled[extraction].attention(),
         "erasure": summarise_erasure_by_group(erased, "by_word_kind"),
         "distributions": {

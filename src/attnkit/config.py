@@ -154,6 +154,22 @@ class TextEncoderConfig(_Checked):
     rnn: str = checked("gru", registered("attnkit.encoders.text", "RNNS", what="text encoder RNN"))  # gru | lstm | none (memory = embedding + position code: each position holds only its word)
     bidirectional: bool = True
     dropout: float = checked(0.1, BELOW_ONE)  # on embeddings and between layers
+    family: str = checked("rnn", registered("attnkit.encoders.text", "FAMILIES", what="text encoder family"))  # rnn: the rnn above | transformer: num_layers self-attention layers of hidden_size
+    heads: int = checked(8, at_least(1))  # transformer: attention heads (must divide hidden_size)
+    feedforward_size: int = checked(2048, at_least(1))  # transformer: the feed-forward layer's inner size
+    positions: str = checked("sinusoidal", registered("attnkit.encoders.text", "POSITIONS", what="position code"))  # transformer: sinusoidal | learned (max_positions of them)
+    max_positions: int = checked(256, at_least(1))  # transformer with learned positions: the longest source it can read
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.family != "transformer":
+            return
+        if not self.bidirectional:
+            raise UserError("config key text_encoder.bidirectional: a transformer encoder's self-attention reads both sides; bidirectional belongs to the rnn family")
+        if self.hidden_size % self.heads:
+            raise UserError(f"config key text_encoder.heads: {self.heads} heads do not divide text_encoder.hidden_size {self.hidden_size} (the model size)")
+        if self.embedding_size != self.hidden_size:
+            raise UserError(f"config key text_encoder.embedding_size: a transformer encoder's embeddings have the model size (text_encoder.hidden_size {self.hidden_size}), got {self.embedding_size}")
 
 
 @dataclass(frozen=True)
@@ -169,23 +185,38 @@ class ImageEncoderConfig(_Checked):
     backbone_lr: float = checked(0.0, at_least(0))  # learning rate of the fine-tuned blocks (0: train.lr)
     dropout: float = checked(0.0, BELOW_ONE)  # on the projected cells
     position_embedding: bool = False  # add a learned embedding of each cell's position to its memory vector (needs grid_size)
+    self_attention_layers: int = checked(0, at_least(0))  # Transformer encoder layers over the projected cells (with a 2-D position code), so each cell's memory can read the others (0: none)
+    heads: int = checked(8, at_least(1))  # self-attention heads (must divide memory_size)
+    feedforward_size: int = checked(2048, at_least(1))  # the self-attention layers' feed-forward inner size
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.self_attention_layers and self.memory_size == 0:
+            raise UserError("config key image_encoder.self_attention_layers: self-attention needs a projected memory (set image_encoder.memory_size)")
+        if self.self_attention_layers and self.memory_size % self.heads:
+            raise UserError(f"config key image_encoder.heads: {self.heads} heads do not divide image_encoder.memory_size {self.memory_size}")
 
 
 @dataclass(frozen=True)
 class DecoderConfig(_Checked):
-    embedding_size: int = checked(256, at_least(1))
-    hidden_size: int = checked(512, at_least(1))
+    family: str = checked("rnn", registered("attnkit.decoders", "FAMILIES", what="decoder family"))  # rnn: an RNN with one attention | transformer: self-attention + multi-head cross-attention layers
+    embedding_size: int = checked(256, at_least(1))  # transformer: must equal hidden_size (the model size)
+    hidden_size: int = checked(512, at_least(1))  # rnn: the RNN's state | transformer: the model size
     num_layers: int = checked(1, at_least(1))
     rnn: str = checked("gru", registered("attnkit.cells", "CELLS", what="decoder RNN"))  # gru | lstm
-    style: str = checked("luong", registered("attnkit.decoder", "STYLES", what="decoder style"))  # luong: RNN then attend with the new state | bahdanau: attend with the previous state, context into the RNN
+    style: str = checked("luong", registered("attnkit.decoders.rnn", "STYLES", what="decoder style"))  # luong: RNN then attend with the new state | bahdanau: attend with the previous state, context into the RNN
     score: str = checked("general", registered("attnkit.attention", "SCORE_FUNCTIONS", what="attention score"))  # dot | general | concat | additive | scaled_dot | none (no attention: the context is the memory's mean)
     attention_size: int = checked(256, at_least(1))  # hidden size inside concat / additive scores
     input_feeding: bool = False  # luong: feed the previous attentional vector into the RNN
     context_gate: bool = False  # bahdanau: Show-Attend-Tell gate beta = sigmoid(W s) on the context
     readout_size: int = checked(0, at_least(0))  # size of the vector before the output layer (0: hidden_size; tied embeddings force embedding_size)
-    dropout: float = checked(0.1, BELOW_ONE)  # on embeddings, between RNN layers and before the output layer
+    dropout: float = checked(0.1, BELOW_ONE)  # on embeddings, between layers and before the output layer
     tie_embeddings: bool = False  # output layer shares the target embedding matrix
-    init: str = checked("bridge", registered("attnkit.decoder", "INITS", what="decoder init"))  # bridge: tanh(W init_state) | zeros
+    init: str = checked("bridge", registered("attnkit.decoders.rnn", "INITS", what="decoder init"))  # bridge: tanh(W init_state) | zeros
+    heads: int = checked(8, at_least(1))  # transformer: attention heads (must divide hidden_size)
+    feedforward_size: int = checked(2048, at_least(1))  # transformer: the position-wise feed-forward layer's inner size
+    attention_layer: int = checked(-1, at_least(-1))  # transformer: the layer whose heads' mean is "the" attention (plots, statistics, losses); -1: the last
+    attention_head: int = checked(-1, at_least(-1))  # transformer: one head of that layer instead of their mean (-1: the mean of all heads)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -193,6 +224,27 @@ class DecoderConfig(_Checked):
             raise UserError("config key decoder.input_feeding applies to the luong style only (bahdanau already feeds the context)")
         if self.context_gate and self.style != "bahdanau":
             raise UserError("config key decoder.context_gate (Show-Attend-Tell beta) applies to the bahdanau style only")
+        if self.family == "transformer":
+            self._check_transformer()
+
+    def _check_transformer(self) -> None:
+        """Sizes a Transformer needs, and the RNN-only options it has no use for (refused rather than ignored)."""
+        for key, given, rnn_only in (
+            ("style", self.style == "bahdanau", "the bahdanau style"),
+            ("input_feeding", self.input_feeding, "input feeding"),
+            ("context_gate", self.context_gate, "the Show-Attend-Tell gate"),
+            ("score", self.score not in ("general", "scaled_dot"), f"the '{self.score}' score (its cross-attention is multi-head scaled dot product)"),
+        ):
+            if given:
+                raise UserError(f"config key decoder.{key}: {rnn_only} belongs to the rnn decoder family, not to decoder.family=transformer")
+        if self.hidden_size % self.heads:
+            raise UserError(f"config key decoder.heads: {self.heads} heads do not divide decoder.hidden_size {self.hidden_size} (the model size)")
+        if self.embedding_size != self.hidden_size:
+            raise UserError(f"config key decoder.embedding_size: a transformer decoder's embeddings have the model size (decoder.hidden_size {self.hidden_size}), got {self.embedding_size}")
+        if self.attention_layer >= self.num_layers:
+            raise UserError(f"config key decoder.attention_layer: layer {self.attention_layer} does not exist (decoder.num_layers is {self.num_layers}; -1 is the last)")
+        if self.attention_head >= self.heads:
+            raise UserError(f"config key decoder.attention_head: head {self.attention_head} does not exist (decoder.heads is {self.heads}; -1 is their mean)")
 
 
 @dataclass(frozen=True)
@@ -206,6 +258,7 @@ class TrainConfig(_Checked):
     attention_regularization: float = checked(0.0, at_least(0))  # Xu et al.'s lambda: a caption's loss is -log p(y|x) + lambda * sum_l (1 - sum_t alpha_tl)^2, a batch's the sum of its captions' over its target tokens (attnkit.losses)
     attention_supervision: float = checked(0.0, at_least(0))  # weight of KL(gold || attention) per word with gold positions (scene data only; 0: off)
     teacher_forcing: float = checked(1.0, PROBABILITY)  # probability of feeding the gold previous word (below 1: scheduled sampling)
+    warmup_steps: int = checked(0, at_least(0))  # the learning rate climbs linearly to lr over this many optimizer steps (attnkit.optim; 0: none)
     lr_patience: int = checked(1, at_least(0))  # validations without improvement before the LR is multiplied by lr_factor
     lr_factor: float = checked(0.5, between(0, 1, low_open=True, high_open=True))
     min_lr: float = checked(1e-5, at_least(0))
@@ -247,6 +300,14 @@ class ExperimentConfig(_Checked):
         super().__post_init__()
         if self.task == "captioning" and self.data.tokenizer.kind == SUBWORD_TOKENIZER:
             raise UserError("data.tokenizer.kind: sentencepiece serves translation (and the joint model); a captioning model reads words: use moses, nltk or space")
+        text = self.text_encoder
+        if text.family == "transformer" and text.positions == "learned" and text.max_positions < self.data.max_source_length:
+            raise UserError(
+                f"config key text_encoder.max_positions: {text.max_positions} learned positions cannot read sources of "
+                f"data.max_source_length {self.data.max_source_length}; raise it or use positions: sinusoidal"
+            )
+        if self.decoder.family == "transformer" and self.train.teacher_forcing < 1:
+            raise UserError("config key train.teacher_forcing: scheduled sampling belongs to the rnn decoder family (a transformer decoder trains on the gold prefix in parallel)")
 
     @property
     def run_dir(self) -> Path:

@@ -125,3 +125,59 @@ class Encoder(Protocol):
     init_size: int  # size of ``init_state``
 
     def __call__(self, source) -> EncoderOutput: ...
+
+
+# -- the decoder contract -------------------------------------------------------------------------------------
+# Legend (besides the above): T target steps, V target vocabulary, K beams per source, N layers, h heads.
+@runtime_checkable
+class DecoderState(Protocol):
+    """Everything a decoder carries from one step to the next, for a batch of hypotheses.
+
+    Rows are hypotheses, ``beams`` consecutive rows per source (1 outside beam search). What is computed
+    once per source (projected memory, its mask) is kept once per source, so beam search moves only the
+    per-row parts when it reorders hypotheses.
+    """
+
+    beams: int
+    mask: Tensor  # (B, L) the sources' real memory positions; the erasure analysis replaces it to hide some
+
+    def expand_beams(self, beams: int) -> "DecoderState":
+        """K copies of every row, for a beam search of width K over each source."""
+        ...
+
+    def select_beams(self, rows: Tensor, sources: Tensor) -> "DecoderState":
+        """Keep ``sources`` (S',) and, for them, the rows ``rows`` (S'*K,): each group of K new rows must
+        come from the matching kept source."""
+        ...
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    logits: Tensor  # (B*K, V) over the next word
+    attention: Tensor  # (B*K, L) the step's attention (a Transformer's: its declared head aggregate)
+    state: DecoderState
+
+
+@dataclass(frozen=True)
+class DecoderOutput:
+    logits: Tensor  # (B, T, V)
+    attention: Tensor | None  # (B, T, L) what losses and analysis read; None when not asked for (need_attention=False)
+    mask: Tensor  # (B, L) real memory positions (for attention losses and statistics)
+    heads: Tensor | None = None  # (B, N, h, T, L) every layer's and head's cross-attention (multi-head decoders, when asked)
+
+
+@runtime_checkable
+class Decoder(Protocol):
+    """What search, the trainer, the losses and the analysis call; every decoder family implements it.
+
+    ``step`` advances every row by one word and is what search and the analysis run; ``forward`` is the
+    teacher-forced pass over whole targets (a test proves it equals the step loop for every family).
+    """
+
+    reading_offset: int  # steps after the step that emits a word at which the attention query has read it (Shift-Att)
+
+    def init_state(self, encoded: EncoderOutput) -> DecoderState: ...
+
+    def step(self, previous: Tensor, state: DecoderState) -> StepOutput: ...
+
+    def forward(self, encoded: EncoderOutput, inputs: Tensor, teacher_forcing: float = 1.0, need_attention: bool = True) -> DecoderOutput: ...

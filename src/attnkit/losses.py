@@ -48,7 +48,8 @@ class LossOutput:
 class Seq2SeqObjective:
     """Cross-entropy with optional label smoothing, the doubly stochastic attention term, attention
     supervision and scheduled sampling. Called as ``objective(model, batch)`` with any model whose
-    ``forward(batch, teacher_forcing)`` returns logits (B, T, V), attention (B, T, L) and the memory mask (B, L)."""
+    ``forward(batch, teacher_forcing, need_attention)`` returns logits (B, T, V), attention (B, T, L) when asked and
+    the memory mask (B, L)."""
 
     label_smoothing: float = 0.0
     attention_regularization: float = 0.0  # Xu et al.'s lambda (see the module docstring)
@@ -61,8 +62,13 @@ class Seq2SeqObjective:
     def from_config(cls, train: TrainConfig, pad_index: int, bos_index: int = Vocabulary.bos_index) -> "Seq2SeqObjective":
         return cls(train.label_smoothing, train.attention_regularization, train.teacher_forcing, pad_index, bos_index, train.attention_supervision)
 
+    @property
+    def needs_attention(self) -> bool:
+        """Whether a term reads the attention (a Transformer computes none otherwise)."""
+        return self.attention_regularization > 0 or self.attention_supervision > 0
+
     def __call__(self, model: nn.Module, batch: Batch) -> LossOutput:
-        output = model(batch, teacher_forcing=self.teacher_forcing)
+        output = model(batch, teacher_forcing=self.teacher_forcing, need_attention=self.needs_attention)
         targets = batch.target[:, 1:]  # (B, T)
         is_token = targets != self.pad_index  # (B, T)
         tokens = is_token.sum()

@@ -9,11 +9,11 @@ from torch import nn
 from attnkit.checkpoint import Checkpoint, load_weights
 from attnkit.config import ExperimentConfig, from_dict
 from attnkit.data.batching import Batch
-from attnkit.decoder import AttentionDecoder, DecoderOutput
+from attnkit.decoders import build_decoder
 from attnkit.encoders.image import ImageEncoder
-from attnkit.encoders.text import TextEncoder
+from attnkit.encoders.text import build_text_encoder
 from attnkit.errors import UserError
-from attnkit.interfaces import Encoder, EncoderOutput, Source
+from attnkit.interfaces import Decoder, DecoderOutput, Encoder, EncoderOutput, Source
 from attnkit.vocab import Vocabulary
 
 MULTITASK = "multitask"  # the task name of a joint model; it captions and translates
@@ -21,14 +21,14 @@ MULTITASK = "multitask"  # the task name of a joint model; it captions and trans
 
 class EncoderDecoder(nn.Module):
     """Encoders that honour the contract in :mod:`attnkit.interfaces`, by the kind of source each reads
-    ("text", "image"), and one attention decoder.
+    ("text", "image"), and one decoder of any family (:mod:`attnkit.decoders`).
 
     A single-task model has one encoder; the joint model has an image and a text encoder whose
     outputs go through the very same decoder (target embeddings, attention and output layer). The
     source's kind picks the encoder; nothing after the encoder knows which one it was.
     """
 
-    def __init__(self, encoders: Mapping[str, Encoder], decoder: AttentionDecoder):
+    def __init__(self, encoders: Mapping[str, Encoder], decoder: Decoder):
         super().__init__()
         self.encoders = nn.ModuleDict(encoders)
         self.decoder = decoder
@@ -43,19 +43,17 @@ class EncoderDecoder(nn.Module):
     def encode(self, source: Source) -> EncoderOutput:
         return self.encoder_for(source.kind)(source)
 
-    def forward(self, batch: Batch, teacher_forcing: float = 1.0) -> DecoderOutput:
-        """Teacher-forced pass: logits for target[:, 1:] given target[:, :-1]."""
-        return self.decoder(self.encode(batch.source), batch.target[:, :-1], teacher_forcing)
+    def forward(self, batch: Batch, teacher_forcing: float = 1.0, need_attention: bool = True) -> DecoderOutput:
+        """Teacher-forced pass: logits for target[:, 1:] given target[:, :-1] (attention only when ``need_attention``)."""
+        return self.decoder(self.encode(batch.source), batch.target[:, :-1], teacher_forcing, need_attention)
 
 
-def _decoder_for(config: ExperimentConfig, encoder: Encoder, target_vocab: Vocabulary) -> AttentionDecoder:
-    return AttentionDecoder(
-        config.decoder, len(target_vocab), memory_size=encoder.output_size, init_size=encoder.init_size, pad_index=target_vocab.pad_index
-    )
+def _decoder_for(config: ExperimentConfig, encoder: Encoder, target_vocab: Vocabulary) -> Decoder:
+    return build_decoder(config.decoder, len(target_vocab), memory_size=encoder.output_size, init_size=encoder.init_size, pad_index=target_vocab.pad_index)
 
 
 def build_translation_model(config: ExperimentConfig, source_vocab: Vocabulary, target_vocab: Vocabulary) -> EncoderDecoder:
-    encoder = TextEncoder(config.text_encoder, len(source_vocab), pad_index=source_vocab.pad_index)
+    encoder = build_text_encoder(config.text_encoder, len(source_vocab), pad_index=source_vocab.pad_index)
     return EncoderDecoder({"text": encoder}, _decoder_for(config, encoder, target_vocab))
 
 
@@ -67,7 +65,7 @@ def build_captioning_model(config: ExperimentConfig, vocab: Vocabulary, load_wei
 
 def build_multitask_model(config: ExperimentConfig, source_vocab: Vocabulary, target_vocab: Vocabulary, load_weights: bool = True) -> EncoderDecoder:
     """An image encoder and a text encoder over one decoder; both must hand it memories of one size."""
-    text = TextEncoder(config.text_encoder, len(source_vocab), pad_index=source_vocab.pad_index)
+    text = build_text_encoder(config.text_encoder, len(source_vocab), pad_index=source_vocab.pad_index)
     image = ImageEncoder(config.image_encoder, load_weights=load_weights)
     if (image.output_size, image.init_size) != (text.output_size, text.init_size):
         raise UserError(

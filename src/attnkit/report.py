@@ -22,7 +22,7 @@ from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer, Comparison
 from attnkit.data.scenes import generate_scenes
 from attnkit.errors import UserError
 from attnkit.files import write_text_atomic
-from attnkit.viz import overlays, plot_cross_modal, plot_distributions
+from attnkit.viz import overlays, plot_cross_modal, plot_distributions, plot_head_tables
 
 SCENE_SPLITS = ("test", "compositional")  # in-distribution held-out scenes, then unseen colour-shape pairs
 
@@ -214,12 +214,20 @@ def compare_scenes(
     erasure_plot = plot_distributions(
         drops, out / "erasure.png", title=f"erasure: the attention peak against a random position, {count} test scenes", value_range=(-0.5, max(1.0, highest))
     )
-    example = generate_scenes(1, seed, "test", size)[0]
-    sentence = example.sentences[0]
     outputs = [
         (metrics_json, "quality, grounding, erasure and attention statistics per split"),
         (plot, "entropy and peak weight per modality"),
         (erasure_plot, "what removing the attention peak, or a random position, costs each word: both modalities"),
     ]
+    heads = metrics[SCENE_SPLITS[0]]["grounding_by_head"]
+    if any(len(table) * len(table[0]) > 1 for table in heads.values()):  # several heads: which of them ground?
+        head_plot = plot_head_tables(
+            {"image: pointing hit rate (%)": (heads["image_pointing_hit_rate"], "Greens"), "text: AER": (heads["text_aer"], "Reds_r")},
+            out / "heads.png",
+            title=f"every layer's and head's attention, {count} {SCENE_SPLITS[0]} scenes ({extraction} step)",
+        )
+        outputs.append((head_plot, "the pointing game and the AER of every layer's every head"))
+    example = generate_scenes(1, seed, "test", size)[0]
+    sentence = example.sentences[0]
     outputs += write_comparison(comparer, example.image(), sentence.french_text, sentence.english_text, out / "example", log=log)
     return outputs

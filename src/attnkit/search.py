@@ -1,4 +1,4 @@
-"""Greedy and batched beam search over :meth:`AttentionDecoder.step`.
+"""Greedy and batched beam search over ``decoder.step`` (any decoder family: :class:`attnkit.interfaces.Decoder`).
 
 Legend: B sentences (or images), K beam size, A sentences still searching,
 L memory length, V target vocabulary, T output length.
@@ -18,8 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnkit.decoder import AttentionDecoder
-from attnkit.interfaces import EncoderOutput
+from attnkit.interfaces import Decoder, EncoderOutput
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ def _crop(attention: Tensor, mask: Tensor) -> Tensor:
 
 @torch.no_grad()
 def greedy_search(
-    decoder: AttentionDecoder, encoded: EncoderOutput, bos: int, eos: int, max_length: int | Tensor, alpha: float = 0.0
+    decoder: Decoder, encoded: EncoderOutput, bos: int, eos: int, max_length: int | Tensor, alpha: float = 0.0
 ) -> list[Hypothesis]:
     """Pick the most probable word at each step, for the whole batch at once."""
     batch = encoded.batch_size
@@ -102,7 +101,7 @@ def greedy_search(
 
 @torch.no_grad()
 def beam_search(
-    decoder: AttentionDecoder,
+    decoder: Decoder,
     encoded: EncoderOutput,
     bos: int,
     eos: int,
@@ -279,7 +278,7 @@ def _rebuild(
 
 
 def search(
-    decoder: AttentionDecoder, encoded: EncoderOutput, bos: int, eos: int, config, beam_size: int | None = None, n_best: int = 1
+    decoder: Decoder, encoded: EncoderOutput, bos: int, eos: int, config, beam_size: int | None = None, n_best: int = 1
 ) -> list[list[Hypothesis]]:
     """The ``n_best`` hypotheses of every example as ``config`` (a SearchConfig) says: greedy for beam 1, else beam search."""
     beam = beam_size or config.beam_size

@@ -35,6 +35,7 @@ from attnkit.config import ExperimentConfig, TrainConfig, save_config, to_dict
 from attnkit.data.batching import BucketBatchSampler
 from attnkit.distributed import Distributed, ShardedBatchSampler, autocast, choose_threads, resolve_device, resolve_precision
 from attnkit.errors import UserError
+from attnkit.optim import LearningRateSchedule
 from attnkit.run_folder import RunFolder, epoch_checkpoint_name
 
 Evaluate = Callable[[nn.Module], dict[str, Any]]
@@ -115,9 +116,7 @@ class Trainer:
         # The fused kernel updates every parameter in one pass (about 10% of a CPU training step saved).
         groups = parameter_groups or [{"params": [p for p in model.parameters() if p.requires_grad]}]
         self.optimizer = torch.optim.Adam(groups, lr=config.lr, weight_decay=config.weight_decay, fused=True)
-        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-            self.optimizer, mode="max", factor=config.lr_factor, patience=config.lr_patience, min_lr=config.min_lr
-        )
+        self.schedule = LearningRateSchedule(self.optimizer, config)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16 and self.device.type == "cuda")
         self.progress = TrainingProgress(run_id=uuid.uuid4().hex)
         self.history: list[dict[str, Any]] = []  # one record per epoch; travels in the checkpoint, log.jsonl is written from it
@@ -148,7 +147,7 @@ class Trainer:
             "progress": asdict(self.progress),
             "history": list(self.history),
             "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
+            "scheduler": self.schedule.state_dict(),
             "scaler": self.scaler.state_dict(),
             "rng": random_states,
         }
@@ -167,7 +166,7 @@ class Trainer:
         load_weights(self.model, checkpoint)
         try:
             self.optimizer.load_state_dict(training["optimizer"])
-            self.scheduler.load_state_dict(training["scheduler"])
+            self.schedule.load_state_dict(training["scheduler"])
             if training.get("scaler"):
                 self.scaler.load_state_dict(training["scaler"])
             # Resuming is a request to go on: a saved stop is decided afresh after the next epoch
@@ -220,6 +219,7 @@ class Trainer:
         )
         for batch in bar:
             batch = batch.to(self.device, non_blocking=True)
+            self.schedule.before_step(self.progress.step)
             with autocast(self.device, self.dtype):
                 out = self.objective(self.train_model, batch)
             # Normalise by the global batch's tokens and examples: DDP averages the ranks' gradients, so
@@ -271,7 +271,7 @@ class Trainer:
         metrics = json.loads(json.dumps(metrics))
         score = float(metrics["score"])
         record["valid"] = metrics
-        self.scheduler.step(score)
+        self.schedule.after_validation(score, self.progress.step)
         progress = self.progress
         improved = score > progress.best_score
         # A tie keeps the later checkpoint (it has trained longer and validates no worse: a task that

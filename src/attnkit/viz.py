@@ -156,3 +156,28 @@ def plot_distributions(
         figure.suptitle(title, fontsize=10)
     figure.tight_layout()
     return save_figure(figure, path)
+
+
+def plot_head_tables(tables: dict[str, tuple[Sequence[Sequence[float]], str]], path: str | Path, title: str = "") -> Path:
+    """One layer x head heatmap per score, each cell annotated: ``tables`` maps a panel's title to
+    (rows of per-head values, colour map), e.g. the pointing hit rate of every image head (higher is
+    better: "Greens") and the AER of every text head (lower is better: "Reds_r")."""
+    figure = _new_figure(figsize=(0.9 + 2.6 * len(tables) + 0.5 * max(len(rows[0]) for rows, _ in tables.values()), 2.6))
+    axes = figure.subplots(1, len(tables), squeeze=False)
+    for axis, (name, (rows, colours)) in zip(axes[0], tables.items()):
+        values = [[float("nan") if v is None else v for v in row] for row in rows]
+        shown = axis.imshow(values, cmap=colours, aspect="auto")
+        for layer, row in enumerate(values):
+            for head, value in enumerate(row):
+                red, green, blue, _ = shown.cmap(shown.norm(value))
+                dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5  # white digits on dark cells
+                axis.text(head, layer, f"{value:.3g}", ha="center", va="center", fontsize=8, color="white" if dark else "black")
+        axis.set_xticks(range(len(values[0])), labels=[str(h + 1) for h in range(len(values[0]))])
+        axis.set_yticks(range(len(values)), labels=[str(n + 1) for n in range(len(values))])
+        axis.set_xlabel("head")
+        axis.set_ylabel("layer")
+        axis.set_title(name, fontsize=9)
+    if title:
+        figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    return save_figure(figure, path)

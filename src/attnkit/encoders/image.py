@@ -7,7 +7,8 @@ blocks, head) so "fine-tune the last N blocks" means the same thing for every
 network. A frozen backbone's pooled grid is a pure function of the image, which
 is what the feature cache (``attnkit.data.features``) stores; the encoder then
 takes those features instead of pixels (:class:`GridFeatures`) and only the
-projection trains.
+projection (and the optional self-attention layers over the cells,
+``self_attention_layers``, with a 2-D position code) trains.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.blocks import SelfAttentionStack, grid_positions
 from attnkit.config import ImageEncoderConfig
 from attnkit.encoders import efficientnet_lite
 from attnkit.errors import UserError, first_line
@@ -159,6 +161,13 @@ class ImageEncoder(nn.Module):
                 raise UserError("image_encoder.position_embedding needs a fixed image_encoder.grid_size")
             self.position = nn.Parameter(torch.randn(config.grid_size**2, self.output_size) * 0.02)  # (L, D)
         self.dropout = nn.Dropout(config.dropout)
+        # Self-attention over the cells, as a Transformer text encoder has over words: each cell's memory can read
+        # the others'. The attention itself has no notion of where a cell is, so a 2-D position code comes first.
+        self.self_attention = (
+            SelfAttentionStack(self.output_size, config.heads, config.feedforward_size, config.self_attention_layers, config.dropout)
+            if config.self_attention_layers
+            else None
+        )
         self.train()  # puts the backbone's BatchNorm layers in eval mode from the start (see train())
 
     @property
@@ -207,4 +216,6 @@ class ImageEncoder(nn.Module):
             memory = memory + self.position
         memory = self.dropout(memory)
         mask = torch.ones(batch, height * width, dtype=torch.bool, device=memory.device)  # every cell is real
+        if self.self_attention is not None:
+            memory = self.self_attention(memory + grid_positions(height, width, self.output_size, memory.device), mask)  # (B, L, D)
         return EncoderOutput(memory=memory, mask=mask, init_state=memory.mean(1), layout=Grid(height, width))

@@ -1,12 +1,17 @@
-"""Text encoder: embeddings + (bi)directional GRU/LSTM over packed sequences, or no RNN at all.
+"""Text encoders: embeddings + (bi)directional GRU/LSTM over packed sequences, no RNN at all, or
+Transformer self-attention layers (``family: transformer``).
 
 With ``rnn: none`` each memory vector is its word's embedding plus a sinusoidal
 code of its position: a position holds its own word only, so whatever the decoder
 needs of a word it must read by attending to that word (attention that is faithful
 by construction; a bidirectional RNN spreads every word over all positions).
 
+The Transformer encoder (Vaswani et al. 2017) scales the embeddings by sqrt(M), adds sinusoidal or
+learned position codes and runs ``num_layers`` pre-norm self-attention layers (:mod:`attnkit.blocks`)
+in which padding is never attended to; its memory has the model size M = ``hidden_size``.
+
 Legend: B batch, S source length, E embedding size, H hidden size per
-direction, D = 2H (bidirectional), H, or E (no RNN) memory size.
+direction, D = 2H (bidirectional), H, E (no RNN) or M (Transformer) memory size.
 """
 
 from __future__ import annotations
@@ -17,25 +22,64 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from attnkit.blocks import SelfAttentionStack, sinusoidal_positions
 from attnkit.cells import CELLS
 from attnkit.config import TextEncoderConfig
 from attnkit.interfaces import EncoderOutput, PaddedTokens, Tokens
 
 NO_RNN = "none"  # memory = embedding + position code: each position holds only its word
 RNNS = (*CELLS, NO_RNN)  # the choices of text_encoder.rnn
+FAMILIES = ("rnn", "transformer")  # the choices of text_encoder.family
+POSITIONS = ("sinusoidal", "learned")  # the choices of text_encoder.positions (transformer)
 
 
-def sinusoidal_positions(length: int, size: int, device=None) -> Tensor:
-    """(length, size) position codes of Vaswani et al. 2017: sin on even, cos on odd channels."""
-    position = torch.arange(length, device=device, dtype=torch.float32).unsqueeze(1)  # (S, 1)
-    frequency = torch.exp(torch.arange(0, size, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / size))  # (ceil(E/2),)
-    codes = torch.zeros(length, size, device=device)
-    codes[:, 0::2] = torch.sin(position * frequency)
-    codes[:, 1::2] = torch.cos(position * frequency[: size // 2])
-    return codes
+def build_text_encoder(config: TextEncoderConfig, vocab_size: int, pad_index: int = 0) -> nn.Module:
+    """The text encoder of ``config.family``."""
+    return (TransformerTextEncoder if config.family == "transformer" else TextEncoder)(config, vocab_size, pad_index)
+
+
+def _real_positions(ids: Tensor, lengths: Tensor) -> Tensor:
+    return torch.arange(ids.shape[1], device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)  # (B, S) True = real
+
+
+def _mean_of_real(memory: Tensor, mask: Tensor) -> Tensor:
+    """The mean memory vector over each row's real positions (B, D): the summary a decoder may start from."""
+    real = mask.unsqueeze(-1).to(memory.dtype)  # (B, S, 1)
+    return (memory * real).sum(1) / real.sum(1).clamp(min=1)
+
+
+class TransformerTextEncoder(nn.Module):
+    """The ``transformer`` text encoder family (module docstring)."""
+
+    def __init__(self, config: TextEncoderConfig, vocab_size: int, pad_index: int = 0):
+        super().__init__()
+        self.config = config
+        size = config.hidden_size
+        self.output_size = self.init_size = size
+        self.embedding = nn.Embedding(vocab_size, size, padding_idx=pad_index)
+        nn.init.normal_(self.embedding.weight, std=size**-0.5)  # x sqrt(M) below: unit-variance inputs
+        with torch.no_grad():
+            self.embedding.weight[pad_index].zero_()
+        self.learned_positions = nn.Embedding(config.max_positions, size) if config.positions == "learned" else None
+        self.dropout = nn.Dropout(config.dropout)
+        self.layers = SelfAttentionStack(size, config.heads, config.feedforward_size, config.num_layers, config.dropout)
+
+    def forward(self, source: PaddedTokens) -> EncoderOutput:
+        ids, lengths = source.ids, source.lengths
+        mask = _real_positions(ids, lengths)  # (B, S)
+        embedded = self.embedding(ids) * math.sqrt(self.output_size)  # (B, S, M)
+        if self.learned_positions is None:
+            positions = sinusoidal_positions(ids.shape[1], self.output_size, ids.device).to(embedded.dtype)
+        else:
+            positions = self.learned_positions(torch.arange(ids.shape[1], device=ids.device))  # (S, M); the config keeps S within them
+        memory = self.layers(self.dropout(embedded + positions), mask)  # (B, S, M)
+        memory = memory * mask.unsqueeze(-1).to(memory.dtype)  # padding at zero, as the RNN encoders leave it
+        return EncoderOutput(memory=memory, mask=mask, init_state=_mean_of_real(memory, mask), layout=Tokens(lengths))
 
 
 class TextEncoder(nn.Module):
+    """The ``rnn`` text encoder family: a (bi)directional GRU/LSTM, or no RNN (``rnn: none``)."""
+
     def __init__(self, config: TextEncoderConfig, vocab_size: int, pad_index: int = 0):
         super().__init__()
         self.config = config
@@ -59,12 +103,11 @@ class TextEncoder(nn.Module):
     def forward(self, source: PaddedTokens) -> EncoderOutput:
         ids, lengths = source.ids, source.lengths
         embedded = self.dropout(self.embedding(ids))  # (B, S, E)
-        mask = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)  # (B, S)
+        mask = _real_positions(ids, lengths)  # (B, S)
         if self.rnn is None:
             real = mask.unsqueeze(-1).to(embedded.dtype)  # (B, S, 1)
             memory = (embedded + sinusoidal_positions(ids.shape[1], embedded.shape[-1], ids.device)) * real  # (B, S, E), padding at zero
-            summary = (memory * real).sum(1) / real.sum(1).clamp(min=1)  # (B, E) mean over the real words
-            return EncoderOutput(memory=memory, mask=mask, init_state=summary, layout=Tokens(lengths))
+            return EncoderOutput(memory=memory, mask=mask, init_state=_mean_of_real(memory, mask), layout=Tokens(lengths))
         packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
         outputs, final = self.rnn(packed)
         memory, _ = pad_packed_sequence(outputs, batch_first=True, total_length=ids.shape[1])  # (B, S, D)

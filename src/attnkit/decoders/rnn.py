@@ -1,10 +1,10 @@
-"""The attention decoder shared by every modality.
+"""The RNN attention decoder (Bahdanau and Luong styles), shared by every modality.
 
 Legend: B batch, T target steps, L memory length, D memory size, E embedding
 size, H decoder hidden size, R readout size (the vector fed to the output
 layer), V target vocabulary, N RNN layers.
 
-Two styles, one :meth:`AttentionDecoder.step`:
+Two styles, one :meth:`RNNDecoder.step`:
 
 * ``bahdanau`` (Bahdanau et al. 2015; Xu et al. 2015): attend with the previous
   top-layer state, feed [embedding; context] to the RNN, read out
@@ -31,16 +31,19 @@ from torch import Tensor, nn
 from attnkit.attention import Attention
 from attnkit.cells import CELLS
 from attnkit.config import DecoderConfig
-from attnkit.interfaces import EncoderOutput
+from attnkit.interfaces import DecoderOutput, EncoderOutput, StepOutput
 
 # The choices of decoder.style (see above), each with its reading offset: how many steps after the step that
-# emits a word the style's attention query has read that word (attnkit.analysis.reading_offset counts them).
+# emits a word the style's attention query has read that word (attnkit.analysis.word_attention). Step t reads
+# input y_t (y_0 = <bos>, y_t = w_{t-1}) and emits w_t, so w_j is the input of step j + 1:
+# * luong runs the RNN on its input first and attends with the new state: step j + 1's query has read w_j (1);
+# * bahdanau attends with the previous state, made by the step before from its input: step j + 2 (2).
 STYLES = {"luong": 1, "bahdanau": 2}
 INITS = ("bridge", "zeros")  # decoder.init: the first state from tanh(W init_state), or zeros
 
 
 @dataclass(frozen=True)
-class DecoderState:
+class RNNState:
     """Everything that changes per batch, so beam search can reorder one object.
 
     Projected attention keys live here rather than on the module: a module-level
@@ -67,39 +70,28 @@ class DecoderState:
             feed=None if self.feed is None else self.feed.index_select(0, index),
         )
 
-    def expand_beams(self, beams: int) -> "DecoderState":
+    def expand_beams(self, beams: int) -> "RNNState":
         """K copies of every row, for a beam search of width K over each source."""
         rows = torch.arange(self.hidden.shape[1], device=self.hidden.device).repeat_interleave(beams)  # (B*K,)
         return replace(self, **self._rows(rows), beams=self.beams * beams)
 
-    def select_beams(self, rows: Tensor, sources: Tensor) -> "DecoderState":
+    def select_beams(self, rows: Tensor, sources: Tensor) -> "RNNState":
         """Keep ``sources`` (S',) and, for them, the rows ``rows`` (S'*K,): each group of K new rows
         must come from the matching kept source (beam search picks the parents of its survivors)."""
         per_source = dict(keys=self.keys.index_select(0, sources), memory=self.memory.index_select(0, sources), mask=self.mask.index_select(0, sources))
         return replace(self, **self._rows(rows), **per_source)
 
 
-@dataclass(frozen=True)
-class StepOutput:
-    logits: Tensor  # (B, V)
-    attention: Tensor  # (B, L)
-    state: DecoderState
+class RNNDecoder(nn.Module):
+    """The ``rnn`` decoder family: one RNN, one attention, the styles above."""
 
-
-@dataclass(frozen=True)
-class DecoderOutput:
-    logits: Tensor  # (B, T, V)
-    attention: Tensor  # (B, T, L)
-    mask: Tensor  # (B, L) real memory positions (for attention losses and statistics)
-
-
-class AttentionDecoder(nn.Module):
     def __init__(self, config: DecoderConfig, vocab_size: int, memory_size: int, init_size: int, pad_index: int = 0):
         super().__init__()
         self.config = config
         hidden, embedding = config.hidden_size, config.embedding_size
         self.readout_size = embedding if config.tie_embeddings else (config.readout_size or hidden)
         self.is_lstm = config.rnn == "lstm"
+        self.reading_offset = STYLES[config.style]  # see STYLES
         self.feeds_input = config.style == "luong" and config.input_feeding
 
         self.embedding = nn.Embedding(vocab_size, embedding, padding_idx=pad_index)
@@ -124,7 +116,7 @@ class AttentionDecoder(nn.Module):
             self.cell_bridge = nn.Linear(init_size, config.num_layers * hidden) if self.is_lstm else None
 
     # -- state ---------------------------------------------------------------------------------
-    def init_state(self, encoded: EncoderOutput) -> DecoderState:
+    def init_state(self, encoded: EncoderOutput) -> RNNState:
         batch = encoded.batch_size
         layers, hidden = self.config.num_layers, self.config.hidden_size
 
@@ -135,7 +127,7 @@ class AttentionDecoder(nn.Module):
             return flat.view(batch, layers, hidden).transpose(0, 1).contiguous()  # (N, B, H)
 
         bridged = self.config.init == "bridge"
-        return DecoderState(
+        return RNNState(
             hidden=start(self.bridge if bridged else None),
             cell=start(self.cell_bridge if bridged else None) if self.is_lstm else None,
             feed=encoded.memory.new_zeros(batch, self.readout_size) if self.feeds_input else None,
@@ -145,13 +137,13 @@ class AttentionDecoder(nn.Module):
         )
 
     # -- one step, shared by training and search -----------------------------------------------------
-    def step(self, previous: Tensor, state: DecoderState) -> StepOutput:
+    def step(self, previous: Tensor, state: RNNState) -> StepOutput:
         """Advance by one target word: ``previous`` (B,) token ids -> logits over the next word."""
         embedded = self.dropout(self.embedding(previous)).unsqueeze(1)  # (B, 1, E)
         readout, attention, state = self._advance(embedded, state)
         return StepOutput(self._logits(readout).squeeze(1), attention.squeeze(1), state)
 
-    def _advance(self, embedded: Tensor, state: DecoderState) -> tuple[Tensor, Tensor, DecoderState]:
+    def _advance(self, embedded: Tensor, state: RNNState) -> tuple[Tensor, Tensor, RNNState]:
         """Run T steps up to the readout (T == 1 unless the caller proved the steps independent of attention)."""
         hx = (state.hidden, state.cell) if self.is_lstm else state.hidden
         if self.config.style == "bahdanau":
@@ -197,7 +189,7 @@ class AttentionDecoder(nn.Module):
         new_hidden = torch.stack(hiddens)  # (N, B, H)
         return h.unsqueeze(1), ((new_hidden, torch.stack(cells)) if self.is_lstm else new_hidden)
 
-    def _attend(self, query: Tensor, state: DecoderState) -> tuple[Tensor, Tensor]:
+    def _attend(self, query: Tensor, state: RNNState) -> tuple[Tensor, Tensor]:
         """query (B*K, T, H) -> context (B*K, T, D), weights (B*K, T, L); the K beams of a source attend as K*T queries."""
         rows, steps, _ = query.shape
         grouped = query.reshape(rows // state.beams, state.beams * steps, -1)  # (B, K*T, H)
@@ -213,8 +205,10 @@ class AttentionDecoder(nn.Module):
         """True when the RNN input never depends on attention, so all T steps can run at once."""
         return self.config.style == "luong" and not self.feeds_input
 
-    def forward(self, encoded: EncoderOutput, inputs: Tensor, teacher_forcing: float = 1.0) -> DecoderOutput:
+    def forward(self, encoded: EncoderOutput, inputs: Tensor, teacher_forcing: float = 1.0, need_attention: bool = True) -> DecoderOutput:
         """Unroll over ``inputs`` (B, T) (<bos> w1 ... w_{T-1}); logits predict w1 ... <eos>.
+
+        The attention is always returned (``need_attention`` is for the contract: an RNN step computes it anyway).
 
         With ``teacher_forcing`` < 1, each step after the first feeds the model's own
         previous prediction instead of the gold word with probability 1 - teacher_forcing

@@ -1,0 +1,38 @@
+import pytest
+import torch
+
+from attnkit.config import TrainConfig
+from attnkit.optim import LearningRateSchedule
+
+
+def _schedule(**settings):
+    weight = torch.nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.Adam([{"params": [weight]}, {"params": [torch.nn.Parameter(torch.zeros(1))], "lr": 0.01}], lr=0.1)
+    return optimizer, LearningRateSchedule(optimizer, TrainConfig(lr=0.1, lr_patience=0, **settings))
+
+
+def test_the_warm_up_climbs_linearly_to_each_groups_rate_then_leaves_it():
+    optimizer, schedule = _schedule(warmup_steps=4)
+    rates = []
+    for step in range(6):
+        schedule.before_step(step)
+        rates += [group["lr"] for group in optimizer.param_groups]
+    assert rates == pytest.approx([0.025, 0.0025, 0.05, 0.005, 0.075, 0.0075, 0.1, 0.01, 0.1, 0.01, 0.1, 0.01])
+
+
+def test_a_plateau_during_the_warm_up_does_not_lower_the_rate_and_one_after_it_does():
+    optimizer, schedule = _schedule(warmup_steps=4, lr_factor=0.5)
+    schedule.before_step(1)
+    schedule.after_validation(1.0, step=2)
+    schedule.after_validation(0.5, step=2)  # worse, but still warming up
+    schedule.before_step(3)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1)
+    schedule.after_validation(1.0, step=4)
+    schedule.after_validation(0.5, step=5)  # worse with patience 0: halved
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.05, 0.005])
+
+
+def test_without_a_warm_up_the_configured_rate_holds_from_the_first_step():
+    optimizer, schedule = _schedule()
+    schedule.before_step(0)
+    assert [g["lr"] for g in optimizer.param_groups] == [0.1, 0.01]
