@@ -16,6 +16,8 @@ incompatible version.
 
 from __future__ import annotations
 
+import io
+
 import warnings
 import zipfile
 from collections.abc import Callable, Sequence
@@ -82,11 +84,14 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> Path:
         "training": checkpoint.training,
         "subword_models": checkpoint.subword_models,
     }
+    # Serialised in memory first, then written by Python: a full disk is then an OSError with its errno
+    # (ENOSPC), which run_cli reports in one line. torch's writer, even over a Python file, turns a failed
+    # write into a bare RuntimeError ("unexpected pos ..."). The cost is one copy of the checkpoint in memory.
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
     try:
         with atomic_path(path) as temporary, open(temporary, "wb") as handle:
-            # Through a Python file a full disk is an OSError with its errno (ENOSPC), which run_cli reports
-            # in one line; torch's own writer would raise a bare RuntimeError ("unexpected pos").
-            torch.save(payload, handle)
+            handle.write(buffer.getbuffer())
     except OSError as error:
         if error.filename is None:  # a failed write names no file: name the checkpoint
             error.filename = str(path)
