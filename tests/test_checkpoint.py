@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from attnkit import checkpoint as checkpoint_module
+from attnkit import files as files_module
 from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights, save_checkpoint
 from attnkit.config import ExperimentConfig, from_dict, to_dict
 from attnkit.data.batching import pad_sequences
@@ -216,7 +217,7 @@ def test_a_full_disk_names_the_checkpoint(tmp_path, vocab, monkeypatch):
         def write(self, data):
             raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(checkpoint_module, "open", lambda path, mode: FullDisk(path, mode), raising=False)
+    monkeypatch.setattr(files_module, "open", lambda path, mode: FullDisk(path, mode), raising=False)
     with pytest.raises(OSError) as error:
         _save(tmp_path, tiny_model(vocab), vocab)
     assert error.value.errno == errno.ENOSPC and error.value.filename == str(tmp_path / "model.pt")

@@ -85,3 +85,21 @@ def test_a_random_backbone_is_not_cached(tmp_path):
     encoder = _encoder("none")
     with pytest.raises(ValueError, match="not cached"):
         FeatureCache(tmp_path, encoder_identity(encoder))
+
+
+def test_a_full_disk_while_caching_is_an_oserror_the_scripts_report_in_one_line(tmp_path, weights, monkeypatch):
+    import errno
+    import io
+
+    from attnkit import files
+
+    class FullDisk(io.FileIO):
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    encoder = _encoder(weights)
+    cache = FeatureCache(tmp_path / "cache", encoder_identity(encoder))
+    monkeypatch.setattr(files, "open", lambda path, mode: FullDisk(path, mode), raising=False)
+    with pytest.raises(OSError) as error:
+        cache.get(_photos(tmp_path, 1), encoder.grid_features)
+    assert error.value.errno == errno.ENOSPC

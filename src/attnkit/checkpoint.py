@@ -31,7 +31,7 @@ from torch import nn
 from attnkit import __version__
 from attnkit.config import SUBWORD_TOKENIZER, ExperimentConfig, drop_legacy_keys, from_dict, to_dict
 from attnkit.errors import UserError, first_line
-from attnkit.files import atomic_path
+from attnkit.files import write_bytes_atomic
 from attnkit.vocab import SPECIALS, SubwordModel
 
 FORMAT = "attnkit-checkpoint"
@@ -84,14 +84,11 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> Path:
         "training": checkpoint.training,
         "subword_models": checkpoint.subword_models,
     }
-    # Serialised in memory first, then written by Python: a full disk is then an OSError with its errno
-    # (ENOSPC), which run_cli reports in one line. torch's writer, even over a Python file, turns a failed
-    # write into a bare RuntimeError ("unexpected pos ..."). The cost is one copy of the checkpoint in memory.
+    # Serialised in memory, written by Python (write_bytes_atomic says why); the cost is one copy in memory.
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     try:
-        with atomic_path(path) as temporary, open(temporary, "wb") as handle:
-            handle.write(buffer.getbuffer())
+        write_bytes_atomic(path, buffer.getbuffer())
     except OSError as error:
         if error.filename is None:  # a failed write names no file: name the checkpoint
             error.filename = str(path)

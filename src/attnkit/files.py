@@ -57,6 +57,14 @@ def _fsync(path: Path) -> None:
         os.close(descriptor)
 
 
+def write_bytes_atomic(path: str | Path, data: bytes | memoryview, durable: bool = True) -> Path:
+    """Write ``data`` through Python's own file: a full disk is then an OSError with its errno (ENOSPC),
+    which the scripts report in one line (torch.save's writer would turn it into a bare RuntimeError)."""
+    with atomic_path(path, durable) as temporary, open(temporary, "wb") as handle:
+        handle.write(data)
+    return Path(path)
+
+
 def write_text_atomic(path: str | Path, text: str) -> Path:
     with atomic_path(path) as temporary:
         temporary.write_text(text, encoding="utf-8")
