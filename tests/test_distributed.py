@@ -183,13 +183,14 @@ def test_the_joint_model_trains_on_two_ranks(scenes, backbone_weights, tmp_path)
 
 
 @pytest.mark.slow
-def test_torchrun_trains_resumes_and_evaluates_the_joint_model(scenes, tmp_path):
-    """The command a user types (the scene recipe, made small): torchrun with two CPU processes, then --resume,
-    then evaluate.py."""
+@pytest.mark.parametrize("recipe, decoder_embedding", [("scenes_multitask", 16), ("scenes_transformer", 32)])
+def test_torchrun_trains_resumes_and_evaluates_the_joint_model(scenes, tmp_path, recipe, decoder_embedding):
+    """The command a user types (the scene recipe, made small; with the RNN and with the Transformer decoder):
+    torchrun with two CPU processes, then --resume, then evaluate.py."""
     run, cache = tmp_path / "run", tmp_path / "cache"
     sets = [
         f"data.path={scenes}/captions", f"data.text_path={scenes}/text", f"data.feature_cache={cache}", f"output_dir={run}",
-        "train.epochs=1", "train.batch_size=8", "train.valid_max_examples=4", "decoder.hidden_size=32", "decoder.embedding_size=16",
+        "train.epochs=1", "train.batch_size=8", "train.valid_max_examples=4", "decoder.hidden_size=32", f"decoder.embedding_size={decoder_embedding}",
         "text_encoder.embedding_size=32", "image_encoder.memory_size=32",
     ]  # fmt: skip
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port())]
@@ -200,7 +201,7 @@ def test_torchrun_trains_resumes_and_evaluates_the_joint_model(scenes, tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
-    printed = run_command(*torchrun, "tasks/train.py", "--config", "tasks/configs/scenes_multitask.yaml", "--no-progress", *(f"--set={s}" for s in sets))
+    printed = run_command(*torchrun, "tasks/train.py", "--config", f"tasks/configs/{recipe}.yaml", "--no-progress", *(f"--set={s}" for s in sets))
     assert printed.count("done after 1 epochs") == 1  # rank 0 alone prints
     printed = run_command(*torchrun, "tasks/train.py", "--no-progress", "--resume", str(run / "last.pt"), "--set", "train.epochs=2")
     assert "resuming after epoch 1" in printed and printed.count("done after 2 epochs") == 1
