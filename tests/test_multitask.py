@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from attnkit.checkpoint import load_checkpoint, save_checkpoint, with_overrides
 from attnkit.config import load_config
 from attnkit.data.batching import BucketBatchSampler, TaskMixSampler, pad_sequences
 from attnkit.data.scenes import write_scene_dataset
@@ -165,7 +166,10 @@ def test_joint_training_then_caption_translate_evaluate_and_compare(scenes, tmp_
             assert set(grounding["pointing_hit_rate_by_word_kind"]) <= {"size", "colour", "shape"}
             assert sum(grounding["words_by_word_kind"].values()) == grounding["text_words"]
         declared = metrics[split]["grounding"]  # a single-head decoder's one head is its declared attention
-        assert metrics[split]["grounding_by_head"] == {"image_pointing_hit_rate": [[declared["pointing_hit_rate"]]], "text_aer": [[declared["aer"]]]}
+        pointing, aer = declared["pointing_hit_rate"], declared["aer"]
+        assert metrics[split]["grounding_by_head"] == {
+            "image_pointing_hit_rate": [[pointing]], "text_aer": [[aer]], "image_pointing_hit_rate_layer_mean": [pointing], "text_aer_layer_mean": [aer]
+        }  # fmt: skip
     assert (scenes_out / "distributions.png").is_file() and (scenes_out / "example" / "report.html").is_file()
     assert (scenes_out / "erasure.png").stat().st_size > 0
     for modality in ("image", "text"):
@@ -202,3 +206,29 @@ def test_a_joint_transformer_reports_every_heads_grounding_and_its_declared_head
     assert metrics["grounding"]["pointing_hit_rate"] == table["image_pointing_hit_rate"][0][1]  # layer 0, head 1: the declared one
     assert metrics["grounding"]["aer"] == table["text_aer"][0][1]
     assert (out / "heads.png").stat().st_size > 0  # the layer x head figure
+
+    # Declaring another head afterwards (as bench/scenes.py does once it has chosen on validation): the mean of layer 1's heads.
+    declared = save_checkpoint(tmp_path / "declared.pt", with_overrides(load_checkpoint(run / "best.pt"), ["decoder.attention_layer=1", "decoder.attention_head=-1"]))
+    again = tmp_path / "again"
+    assert compare.main(["--checkpoint", str(declared), "--scenes", "4", "--out", str(again)]) == 0
+    second = json.loads((again / "metrics.json").read_text())["test"]
+    assert second["grounding"]["pointing_hit_rate"] == second["grounding_by_head"]["image_pointing_hit_rate_layer_mean"][1]
+    assert second["grounding_by_head"] == table  # the heads themselves are the same model's
+    with pytest.raises(UserError, match="decoder.attention_head"):
+        with_overrides(load_checkpoint(run / "best.pt"), ["decoder.attention_head=2"])
+
+
+def test_the_declared_attention_is_the_best_on_validation_by_pointing_plus_100_times_one_minus_aer():
+    from attnkit.comparison import choose_declared_attention
+
+    heads = {
+        "image_pointing_hit_rate": [[50.0, 80.0], [60.0, 70.0]],
+        "text_aer": [[0.5, 0.4], [0.1, 0.6]],  # scores: 100, 140 | 150, 110
+        "image_pointing_hit_rate_layer_mean": [65.0, 70.0],
+        "text_aer_layer_mean": [0.2, 0.2],  # 145 | 150: ties layer 2's head 1, and the mean goes first
+    }
+    assert choose_declared_attention(heads) == (1, -1)
+    heads["text_aer"][0][1] = 0.0  # layer 1, head 2: 180
+    assert choose_declared_attention(heads) == (0, 1)
+    with pytest.raises(ValueError, match="different heads"):
+        choose_declared_attention({**heads, "text_aer": [[0.1]]})

@@ -16,6 +16,7 @@ incompatible version.
 
 from __future__ import annotations
 
+import copy
 import io
 
 import warnings
@@ -29,7 +30,7 @@ import torch
 from torch import nn
 
 from attnkit import __version__
-from attnkit.config import SUBWORD_TOKENIZER, ExperimentConfig, drop_legacy_keys, from_dict, to_dict
+from attnkit.config import SUBWORD_TOKENIZER, ExperimentConfig, apply_overrides, drop_legacy_keys, from_dict, to_dict
 from attnkit.errors import UserError, first_line
 from attnkit.files import write_bytes_atomic
 from attnkit.vocab import SPECIALS, SubwordModel
@@ -157,6 +158,13 @@ def load_weights(model: nn.Module, checkpoint: Checkpoint) -> None:
         model.load_state_dict(given)
     except (RuntimeError, ValueError, TypeError) as error:  # anything the checks above did not foresee
         raise _misfit(first_line(error)[:200]) from None
+
+
+def with_overrides(checkpoint: Checkpoint, overrides: Sequence[str]) -> Checkpoint:
+    """The checkpoint with ``section.key=value`` overrides applied to its config, checked like any config;
+    e.g. the attention aggregate a Transformer's analysis reads, once chosen on validation data."""
+    config = from_dict(ExperimentConfig, apply_overrides(copy.deepcopy(checkpoint.config), overrides))
+    return replace(checkpoint, config=to_dict(config))
 
 
 def average_checkpoints(checkpoints: Sequence[Checkpoint], names: Sequence[str]) -> Checkpoint:

@@ -221,10 +221,14 @@ def compare_scenes(
     ]
     heads = metrics[SCENE_SPLITS[0]]["grounding_by_head"]
     if any(len(table) * len(table[0]) > 1 for table in heads.values()):  # several heads: which of them ground?
+        with_means = {
+            name: [[*row, mean] for row, mean in zip(heads[name], heads[f"{name}_layer_mean"])] for name in ("image_pointing_hit_rate", "text_aer")
+        }  # each layer's mean of heads as a last column
         head_plot = plot_head_tables(
-            {"image: pointing hit rate (%)": (heads["image_pointing_hit_rate"], "Greens"), "text: AER": (heads["text_aer"], "Reds_r")},
+            {"image: pointing hit rate (%)": (with_means["image_pointing_hit_rate"], "Greens"), "text: AER": (with_means["text_aer"], "Reds_r")},
             out / "heads.png",
             title=f"every layer's and head's attention, {count} {SCENE_SPLITS[0]} scenes ({extraction} step)",
+            columns=[*(str(h + 1) for h in range(len(heads["text_aer"][0]))), "mean"],
         )
         outputs.append((head_plot, "the pointing game and the AER of every layer's every head"))
     example = generate_scenes(1, seed, "test", size)[0]

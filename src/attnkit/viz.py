@@ -158,10 +158,13 @@ def plot_distributions(
     return save_figure(figure, path)
 
 
-def plot_head_tables(tables: dict[str, tuple[Sequence[Sequence[float]], str]], path: str | Path, title: str = "") -> Path:
+def plot_head_tables(
+    tables: dict[str, tuple[Sequence[Sequence[float]], str]], path: str | Path, title: str = "", columns: Sequence[str] | None = None
+) -> Path:
     """One layer x head heatmap per score, each cell annotated: ``tables`` maps a panel's title to
     (rows of per-head values, colour map), e.g. the pointing hit rate of every image head (higher is
-    better: "Greens") and the AER of every text head (lower is better: "Reds_r")."""
+    better: "Greens") and the AER of every text head (lower is better: "Reds_r"). ``columns``: the
+    columns' labels (default: the heads, numbered from 1)."""
     figure = _new_figure(figsize=(0.9 + 2.6 * len(tables) + 0.5 * max(len(rows[0]) for rows, _ in tables.values()), 2.6))
     axes = figure.subplots(1, len(tables), squeeze=False)
     for axis, (name, (rows, colours)) in zip(axes[0], tables.items()):
@@ -172,7 +175,7 @@ def plot_head_tables(tables: dict[str, tuple[Sequence[Sequence[float]], str]], p
                 red, green, blue, _ = shown.cmap(shown.norm(value))
                 dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5  # white digits on dark cells
                 axis.text(head, layer, f"{value:.3g}", ha="center", va="center", fontsize=8, color="white" if dark else "black")
-        axis.set_xticks(range(len(values[0])), labels=[str(h + 1) for h in range(len(values[0]))])
+        axis.set_xticks(range(len(values[0])), labels=list(columns) if columns else [str(h + 1) for h in range(len(values[0]))])
         axis.set_yticks(range(len(values)), labels=[str(n + 1) for n in range(len(values))])
         axis.set_xlabel("head")
         axis.set_ylabel("layer")
