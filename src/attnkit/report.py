@@ -220,7 +220,7 @@ def compare_scenes(
         (erasure_plot, "what removing the attention peak, or a random position, costs each word: both modalities"),
     ]
     heads = metrics[SCENE_SPLITS[0]]["grounding_by_head"]
-    if any(len(table) * len(table[0]) > 1 for table in heads.values()):  # several heads: which of them ground?
+    if any(len(heads[name]) * len(heads[name][0]) > 1 for name in ("image_pointing_hit_rate", "text_aer")):  # several heads: which ground?
         with_means = {
             name: [[*row, mean] for row, mean in zip(heads[name], heads[f"{name}_layer_mean"])] for name in ("image_pointing_hit_rate", "text_aer")
         }  # each layer's mean of heads as a last column
