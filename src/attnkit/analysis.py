@@ -249,23 +249,36 @@ def word_attention(steps: Tensor, words: int, reading_offset: int, extraction: s
 
 # -- forced decoding ------------------------------------------------------------------------------------------
 @torch.no_grad()
-def forced_attention(decoder, encoded: EncoderOutput, targets: Tensor, read_eos: bool = False, heads: bool = False) -> list[Tensor]:
+def forced_attention(decoder, encoded: EncoderOutput, targets: Tensor, read_eos: bool = False) -> list[Tensor]:
     """Teacher-force each row of ``targets`` (B, T) (<bos> w1 ... <eos> <pad> ...) through the decoder and
     return, per example, the attention (T_i, L_i) of its steps w1 ... <eos> over its real positions.
 
     ``read_eos``: one step more, whose input is <eos> (T_i + 1 rows): the step at which a ``bahdanau``
     decoder's query has read the last word (``decoder.reading_offset``). The same target sentence
     forced through an image encoder and a text encoder gives attention for the same words in both modalities.
-    ``heads``: every layer's and head's attention instead, (T_i, N, h, L_i) per example (a single-head
-    decoder's is its one attention, N = h = 1).
     """
-    output = decoder(encoded, targets if read_eos else targets[:, :-1])  # attention (B, T, L)
-    steps = (targets != Vocabulary.pad_index).sum(1) - (0 if read_eos else 1)  # (B,) <bos> w1 ... (<eos>): one step each
-    if not heads:
-        return [output.attention[i, : int(steps[i])][:, encoded.mask[i]].float().cpu() for i in range(targets.shape[0])]
+    output, steps = _forced_pass(decoder, encoded, targets, read_eos)
+    return _per_example(output.attention, steps, encoded.mask)
+
+
+@torch.no_grad()
+def forced_attention_by_head(decoder, encoded: EncoderOutput, targets: Tensor, read_eos: bool = False) -> tuple[list[Tensor], list[Tensor]]:
+    """:func:`forced_attention` and, from the same pass, every layer's and head's attention (T_i, N, h, L_i)
+    per example (a single-head decoder's is its one attention, N = h = 1)."""
+    output, steps = _forced_pass(decoder, encoded, targets, read_eos)
     every = output.heads if output.heads is not None else output.attention[:, None, None]  # (B, N, h, T, L)
-    every = every.permute(0, 3, 1, 2, 4)  # (B, T, N, h, L)
-    return [every[i, : int(steps[i])][..., encoded.mask[i]].float().cpu() for i in range(targets.shape[0])]
+    return _per_example(output.attention, steps, encoded.mask), _per_example(every.permute(0, 3, 1, 2, 4), steps, encoded.mask)
+
+
+def _forced_pass(decoder, encoded: EncoderOutput, targets: Tensor, read_eos: bool):
+    """The teacher-forced pass over ``targets`` and each example's number of steps (B,) (<bos> w1 ... (<eos>): one step each)."""
+    output = decoder(encoded, targets if read_eos else targets[:, :-1])  # attention (B, T, L)
+    return output, (targets != Vocabulary.pad_index).sum(1) - (0 if read_eos else 1)
+
+
+def _per_example(attention: Tensor, steps: Tensor, mask: Tensor) -> list[Tensor]:
+    """(B, T, ..., L) -> per example its steps over its real positions, (T_i, ..., L_i) on the CPU."""
+    return [attention[i, : int(steps[i])][..., mask[i]].float().cpu() for i in range(attention.shape[0])]
 
 
 # -- faithfulness: erasure ---------------------------------------------------------------------------------------

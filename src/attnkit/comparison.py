@@ -30,6 +30,7 @@ from attnkit.analysis import (
     ImageGrounding,
     TextGrounding,
     forced_attention,
+    forced_attention_by_head,
     image_grounding,
     summarise,
     text_grounding,
@@ -186,15 +187,9 @@ class AttentionComparer:
         image_encoded = self.captioner.encode(images)
         text_encoded, source_words = self.translator.encode(list(sources))
         image_decoder, text_decoder = self.captioner.model.decoder, self.translator.model.decoder
-        image_steps = forced_attention(image_decoder, image_encoded, caption_ids.to(self.captioner.device), read_eos=True)
-        text_steps = forced_attention(text_decoder, text_encoded, text_ids.to(self.translator.device), read_eos=True)
+        image_steps, image_every = _forced(image_decoder, image_encoded, caption_ids.to(self.captioner.device), heads)
+        text_steps, text_every = _forced(text_decoder, text_encoded, text_ids.to(self.translator.device), heads)
         grid = (image_encoded.layout.height, image_encoded.layout.width)
-        every = [None] * len(words), [None] * len(words)
-        if heads:
-            every = (
-                forced_attention(image_decoder, image_encoded, caption_ids.to(self.captioner.device), read_eos=True, heads=True),
-                forced_attention(text_decoder, text_encoded, text_ids.to(self.translator.device), read_eos=True, heads=True),
-            )
         comparisons = []
         for i, (w, image, source, text) in enumerate(zip(words, image_steps, source_words, text_steps)):  # (W + 2, L), (W + 2, S)
             image_reading = word_attention(image, len(w), image_decoder.reading_offset, READING)
@@ -208,10 +203,17 @@ class AttentionComparer:
             comparisons.append(
                 Comparison(
                     [*w, EOS], image[: len(w) + 1], grid, source, text[: len(w) + 1], image_reading, text_reading, *erased,
-                    every[0][i], every[1][i], image_decoder.reading_offset, text_decoder.reading_offset,
+                    image_every[i], text_every[i], image_decoder.reading_offset, text_decoder.reading_offset,
                 )
             )  # fmt: skip
         return comparisons
+
+
+def _forced(decoder, encoded: EncoderOutput, ids: Tensor, heads: bool) -> tuple[list[Tensor], list[Tensor | None]]:
+    """Every example's forced attention, and with ``heads`` every head's too, from one pass (read_eos: see ``compare``)."""
+    if heads:
+        return forced_attention_by_head(decoder, encoded, ids, read_eos=True)
+    return forced_attention(decoder, encoded, ids, read_eos=True), [None] * ids.shape[0]
 
 
 def _one(encoded: EncoderOutput, i: int) -> EncoderOutput:
