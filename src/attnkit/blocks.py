@@ -28,6 +28,22 @@ def sinusoidal_positions(length: int, size: int, device=None, start: int = 0) ->
     return codes
 
 
+class ScaledEmbedding(nn.Embedding):
+    """Token embeddings of a Transformer: drawn with standard deviation M^-0.5 and multiplied by sqrt(M) when
+    read (Vaswani et al. 2017), so the inputs have unit variance beside the position codes and an output
+    layer tied to them starts at the usual scale; the padding row stays zero."""
+
+    def __init__(self, vocab_size: int, size: int, pad_index: int):
+        super().__init__(vocab_size, size, padding_idx=pad_index)
+        nn.init.normal_(self.weight, std=size**-0.5)
+        with torch.no_grad():
+            self.weight[pad_index].zero_()
+        self.scale = math.sqrt(size)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return super().forward(ids) * self.scale  # (B, T, M)
+
+
 class FeedForward(nn.Module):
     """The position-wise feed-forward layer: W2 dropout(relu(W1 x))."""
 

@@ -25,14 +25,13 @@ the layer's cross-attention asks its query, so step t's attention has read w_{t-
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor, nn
 
 from attnkit.attention import MultiHeadAttention
-from attnkit.blocks import FeedForward, sinusoidal_positions, xavier_init
+from attnkit.blocks import FeedForward, ScaledEmbedding, sinusoidal_positions, xavier_init
 from attnkit.config import DecoderConfig
 from attnkit.interfaces import DecoderOutput, EncoderOutput, StepOutput
 
@@ -117,17 +116,14 @@ class TransformerDecoder(nn.Module):
         self.config = config
         size = config.hidden_size
         self.size, self.heads = size, config.heads
-        self.embedding = nn.Embedding(vocab_size, size, padding_idx=pad_index)
+        self.embedding = ScaledEmbedding(vocab_size, size, pad_index)
         self.dropout = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(
             TransformerDecoderLayer(size, config.heads, config.feedforward_size, memory_size, config.dropout) for _ in range(config.num_layers)
         )
         self.final_norm = nn.LayerNorm(size)
         self.output = nn.Linear(size, vocab_size)
-        xavier_init(self)
-        nn.init.normal_(self.embedding.weight, std=size**-0.5)  # x sqrt(M) below: unit-variance inputs
-        with torch.no_grad():
-            self.embedding.weight[pad_index].zero_()
+        xavier_init(self)  # the linear layers; the embedding keeps its own initialisation
         if config.tie_embeddings:
             self.output.weight = self.embedding.weight
         self.attention_layer = config.attention_layer % config.num_layers  # the declared aggregate (module docstring)
@@ -139,7 +135,7 @@ class TransformerDecoder(nn.Module):
 
     def _embed(self, inputs: Tensor, start: int) -> Tensor:
         """Token ids (B, T) at positions start ... -> scaled embeddings plus position codes (B, T, M)."""
-        embedded = self.embedding(inputs) * math.sqrt(self.size)
+        embedded = self.embedding(inputs)
         return self.dropout(embedded + sinusoidal_positions(inputs.shape[1], self.size, inputs.device, start).to(embedded.dtype))
 
     def _empty_cache(self, rows: int, like: Tensor) -> Tensor:

@@ -16,13 +16,11 @@ direction, D = 2H (bidirectional), H, E (no RNN) or M (Transformer) memory size.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from attnkit.blocks import SelfAttentionStack, sinusoidal_positions
+from attnkit.blocks import ScaledEmbedding, SelfAttentionStack, sinusoidal_positions
 from attnkit.cells import CELLS
 from attnkit.config import TextEncoderConfig
 from attnkit.interfaces import EncoderOutput, PaddedTokens, Tokens
@@ -56,10 +54,7 @@ class TransformerTextEncoder(nn.Module):
         self.config = config
         size = config.hidden_size
         self.output_size = self.init_size = size
-        self.embedding = nn.Embedding(vocab_size, size, padding_idx=pad_index)
-        nn.init.normal_(self.embedding.weight, std=size**-0.5)  # x sqrt(M) below: unit-variance inputs
-        with torch.no_grad():
-            self.embedding.weight[pad_index].zero_()
+        self.embedding = ScaledEmbedding(vocab_size, size, pad_index)
         self.learned_positions = nn.Embedding(config.max_positions, size) if config.positions == "learned" else None
         self.dropout = nn.Dropout(config.dropout)
         self.layers = SelfAttentionStack(size, config.heads, config.feedforward_size, config.num_layers, config.dropout)
@@ -67,7 +62,7 @@ class TransformerTextEncoder(nn.Module):
     def forward(self, source: PaddedTokens) -> EncoderOutput:
         ids, lengths = source.ids, source.lengths
         mask = _real_positions(ids, lengths)  # (B, S)
-        embedded = self.embedding(ids) * math.sqrt(self.output_size)  # (B, S, M)
+        embedded = self.embedding(ids)  # (B, S, M)
         if self.learned_positions is None:
             positions = sinusoidal_positions(ids.shape[1], self.output_size, ids.device).to(embedded.dtype)
         else:
