@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import io
-
 import warnings
 import zipfile
 from collections.abc import Callable, Sequence

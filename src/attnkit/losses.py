@@ -16,13 +16,13 @@ target tokens, so lambda = 0 leaves the usual per-token cross-entropy.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
 
 from attnkit.config import TrainConfig
 from attnkit.data.batching import Batch
 from attnkit.vocab import Vocabulary
-
 
 
 @dataclass(frozen=True)
