@@ -206,6 +206,7 @@ def test_a_joint_transformer_reports_every_heads_grounding_and_its_declared_head
     assert metrics["grounding"]["pointing_hit_rate"] == table["image_pointing_hit_rate"][0][1]  # layer 0, head 1: the declared one
     assert metrics["grounding"]["aer"] == table["text_aer"][0][1]
     assert (out / "heads.png").stat().st_size > 0  # the layer x head figure
+    assert 'id="image-head"' in (out / "example" / "report.html").read_text()  # and the report's head switch
 
     # Declaring another head afterwards (as bench/scenes.py does once it has chosen on validation): the mean of layer 1's heads.
     declared = save_checkpoint(tmp_path / "declared.pt", with_overrides(load_checkpoint(run / "best.pt"), ["decoder.attention_layer=1", "decoder.attention_head=-1"]))

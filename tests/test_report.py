@@ -5,14 +5,17 @@ Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them) 
 skip message says what is missing.
 """
 
+import json
+import re
 import shutil
+from dataclasses import replace
 
 import pytest
 import torch
 from PIL import Image
 
 from attnkit.comparison import Comparison
-from attnkit.report import write_report
+from attnkit.report import head_labels, write_report
 
 
 def _browser():
@@ -32,6 +35,42 @@ def _comparison() -> Comparison:
     text_attention = torch.tensor([[0.7, 0.1, 0.2], [0.1, 0.8, 0.1], [0.2, 0.2, 0.6], [0.3, 0.3, 0.4]])
     reading_image, reading_text = image_attention[[1, 2, 3]], text_attention[[1, 2, 3]]  # the next step's, as a luong decoder reads
     return Comparison(["a", "red", "circle", "<eos>"], image_attention, (2, 2), ["un", "cercle", "rouge"], text_attention, reading_image, reading_text)
+
+
+def _multi_head_comparison() -> Comparison:
+    """_comparison() as a 2-layer, 2-head decoder would give it: every head's weights for every step, <eos> read too."""
+    generator = torch.Generator().manual_seed(0)
+    image_heads = torch.softmax(torch.randn(5, 2, 2, 4, generator=generator), -1)  # (T + 1, N, h, L)
+    text_heads = torch.softmax(torch.randn(5, 2, 2, 3, generator=generator), -1)  # (T + 1, N, h, S)
+    return replace(_comparison(), image_heads=image_heads, text_heads=text_heads)
+
+
+def _report_steps(path) -> list[dict]:
+    return json.loads(re.search(r'<script type="application/json" id="steps">(.*?)</script>', path.read_text(), re.S).group(1))
+
+
+def test_a_multi_head_report_offers_every_head_and_each_layers_mean_of_both_steps(tmp_path):
+    comparison = _multi_head_comparison()
+    path = write_report(tmp_path / "report.html", Image.new("RGB", (64, 64)), comparison, comparison.statistics())
+    assert head_labels(2, 2) == ["layer 1, head 1", "layer 1, head 2", "layer 1, mean of heads", "layer 2, head 1", "layer 2, head 2", "layer 2, mean of heads"]
+    document = path.read_text()
+    assert 'id="image-head"' in document and 'id="text-head"' in document and "layer 2, mean of heads" in document
+    steps = _report_steps(path)
+    for t, step in enumerate(steps):
+        for modality, heads in (("image", comparison.image_heads), ("text", comparison.text_heads)):
+            views = torch.tensor(step["heads"][modality])  # (6, L)
+            emitted = torch.cat([heads[t, 0], heads[t, 0].mean(0, keepdim=True), heads[t, 1], heads[t, 1].mean(0, keepdim=True)])
+            assert torch.allclose(views, emitted, atol=1e-4) and torch.allclose(views.sum(-1), torch.ones(6), atol=1e-3)
+            if t < len(steps) - 1:  # a word's reading step is the next one (offset 1): what has read it
+                assert torch.allclose(torch.tensor(step["reading"]["heads"][modality])[3], heads[t + 1, 1, 0], atol=1e-4)
+    assert "reading" not in steps[-1]  # no step reads <eos> before the sentence ends
+
+
+def test_a_single_head_report_has_no_head_switch(tmp_path):
+    comparison = _comparison()
+    one_head = replace(comparison, image_heads=torch.rand(5, 1, 1, 4).softmax(-1), text_heads=torch.rand(5, 1, 1, 3).softmax(-1))
+    path = write_report(tmp_path / "report.html", Image.new("RGB", (64, 64)), one_head, one_head.statistics())
+    assert 'class="head"' not in path.read_text() and "heads" not in _report_steps(path)[0]
 
 
 def test_report_renders_and_choosing_a_word_changes_the_maps(tmp_path):
@@ -65,5 +104,44 @@ def test_report_renders_and_choosing_a_word_changes_the_maps(tmp_path):
         browser.find_element(By.ID, "reading").click()  # the same word at the step whose query has read it
         assert state()[1].startswith("red") and state()[0] != emitting_red[0] and state()[2] != emitting_red[2]
         assert state()[0] == clicked[0]  # "red" is read by the step that emits "circle"
+    finally:
+        browser.quit()
+
+
+def test_the_head_switch_draws_the_chosen_heads_map_and_bars(tmp_path):
+    browser = _browser()
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    comparison = _multi_head_comparison()
+    path = write_report(tmp_path / "report.html", Image.new("RGB", (64, 64), (90, 120, 90)), comparison, comparison.statistics())
+    try:
+        browser.get(path.resolve().as_uri())
+
+        def bars():
+            return [float(browser.find_element(By.ID, f"bar-{s}").get_attribute("title")) for s in range(3)]
+
+        def shown(element):
+            return browser.find_element(By.ID, element).is_displayed()
+
+        browser.find_elements(By.CSS_SELECTOR, "button.word")[1].click()
+        assert shown("image-map") and not shown("image-canvas")
+        assert bars() == pytest.approx(comparison.text_attention[1].tolist(), abs=1e-3)  # the declared aggregate
+        Select(browser.find_element(By.ID, "text-head")).select_by_visible_text("layer 2, head 1")
+        assert bars() == pytest.approx(comparison.text_heads[1, 1, 0].tolist(), abs=1e-3)
+        Select(browser.find_element(By.ID, "image-head")).select_by_visible_text("layer 1, mean of heads")
+        assert shown("image-canvas") and not shown("image-map")
+        drawn = browser.execute_script(
+            "const c = document.getElementById('image-canvas'); const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+            "const at = (x, y) => Array.from(d.slice(4 * (y * c.width + x), 4 * (y * c.width + x) + 3));"
+            "return [at(10, 10), at(c.width - 10, 10)];"
+        )  # the colour in the top-left and the top-right cell: jet colours of different weights over one grey
+        assert drawn[0] != drawn[1]
+        expected = comparison.image_heads[1, 0].mean(0)
+        entropy = float(-(expected * expected.log()).sum())
+        shown_entropy = float(browser.find_element(By.ID, "image-stats").text.split(",")[0].removeprefix("entropy "))
+        assert shown_entropy == pytest.approx(entropy, abs=2e-3)  # from the weights as embedded (4 decimals)
+        browser.find_element(By.ID, "reading").click()  # the switch holds for the reading step too
+        assert bars() == pytest.approx(comparison.text_heads[2, 1, 0].tolist(), abs=1e-3)
     finally:
         browser.quit()

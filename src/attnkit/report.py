@@ -8,6 +8,9 @@ The report is one file, with no external resources: the image and one attention 
 word are embedded as PNG data URLs. Hovering over or clicking a target word shows
 its map over the image next to its weights over the source words, with the
 word's statistics; a table lists every word's statistics for both modalities.
+For a multi-head decoder (a Transformer) a switch per modality shows, instead of the declared
+aggregate, any one layer's head or a layer's mean of heads; those maps are drawn in the browser
+from the weights (one embedded PNG per head and word would make the file many megabytes).
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ import io
 import json
 from pathlib import Path
 
+from torch import Tensor
+
+from attnkit.analysis import READING
 from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer, Comparison, describe_scene_result, evaluate_scenes
 from attnkit.data.scenes import generate_scenes
 from attnkit.errors import UserError
@@ -42,7 +48,8 @@ h1 { font-size: 1.3em; }
 .word.active { background: #2a6edb; color: white; border-color: #2a6edb; }
 .panels { display: flex; gap: 2em; align-items: flex-end; flex-wrap: wrap; }
 .panel h2 { font-size: 1em; margin: 0.3em 0; }
-#image-map { width: 320px; height: 320px; image-rendering: auto; border: 1px solid #ccc; }
+#image-map, #image-canvas { width: 320px; height: 320px; image-rendering: auto; border: 1px solid #ccc; }
+.heads { margin: 0.5em 0; }
 #source-bars { display: flex; align-items: flex-end; gap: 6px; height: 220px; border-bottom: 1px solid #999; padding: 0 4px; }
 .source { display: flex; flex-direction: column; align-items: center; justify-content: flex-end; height: 100%; }
 .bar { width: 26px; background: #2a6edb; }
@@ -56,22 +63,55 @@ tr.active td { background: #e3ecfb; }
 
 SCRIPT = """
 const steps = JSON.parse(document.getElementById("steps").textContent);
+const grid = JSON.parse(document.getElementById("grid").textContent);  // [height, width] of the image grid
 let shown = 0;
+function chosenHead(modality) {  // -1: the declared aggregate, else an index into the step's heads[modality]
+  const choice = document.getElementById(modality + "-head");
+  return choice ? Number(choice.value) : -1;
+}
+function summary(weights) {
+  const entropy = -weights.reduce((sum, w) => sum + (w > 0 ? w * Math.log(w) : 0), 0);
+  return {entropy: entropy, peak: Math.max(...weights)};
+}
+function jet(x) {  // matplotlib's "jet", as the embedded overlays use
+  const channel = c => Math.round(255 * Math.min(1, Math.max(0, 1.5 - Math.abs(4 * x - c))));
+  return [channel(3), channel(2), channel(1)];
+}
+function drawHeadMap(weights) {  // the input image with the head's map upsampled (bilinear) and blended in at 0.5
+  const canvas = document.getElementById("image-canvas"), context = canvas.getContext("2d");
+  const cells = document.createElement("canvas");
+  [cells.height, cells.width] = grid;
+  const heat = cells.getContext("2d").createImageData(grid[1], grid[0]), peak = Math.max(...weights, 1e-8);
+  weights.forEach((w, i) => { heat.data.set([...jet(w / peak), 255], 4 * i); });
+  cells.getContext("2d").putImageData(heat, 0, 0);
+  context.globalAlpha = 1;
+  context.drawImage(document.getElementById("input-image"), 0, 0, canvas.width, canvas.height);
+  context.globalAlpha = 0.5;
+  context.imageSmoothingEnabled = true;
+  context.drawImage(cells, 0, 0, canvas.width, canvas.height);
+}
 function show(t) {
   shown = t;
   const reading = document.getElementById("reading").checked && steps[t].reading;
   const step = reading ? steps[t].reading : steps[t];
-  document.getElementById("image-map").src = step.map;
+  const imageHead = chosenHead("image"), textHead = chosenHead("text");
+  document.getElementById("image-map").style.display = imageHead < 0 ? "" : "none";
+  document.getElementById("image-canvas").style.display = imageHead < 0 ? "none" : "";
+  const image = imageHead < 0 ? step.image : summary(step.heads.image[imageHead]);
+  if (imageHead < 0) document.getElementById("image-map").src = step.map;
+  else drawHeadMap(step.heads.image[imageHead]);
+  const weights = textHead < 0 ? step.weights : step.heads.text[textHead];
+  const text = textHead < 0 ? step.text : summary(weights);
   document.getElementById("current-word").textContent = steps[t].word + (reading ? " (step that has read it)" : "");
-  step.weights.forEach((w, s) => {
+  weights.forEach((w, s) => {
     document.getElementById("bar-" + s).style.height = (100 * w).toFixed(1) + "%";
     document.getElementById("bar-" + s).title = w.toFixed(3);
   });
-  document.getElementById("image-stats").textContent = `entropy ${step.image.entropy.toFixed(3)}, peak ${step.image.peak.toFixed(3)}`;
-  document.getElementById("text-stats").textContent = `entropy ${step.text.entropy.toFixed(3)}, peak ${step.text.peak.toFixed(3)}`;
+  document.getElementById("image-stats").textContent = `entropy ${image.entropy.toFixed(3)}, peak ${image.peak.toFixed(3)}`;
+  document.getElementById("text-stats").textContent = `entropy ${text.entropy.toFixed(3)}, peak ${text.peak.toFixed(3)}`;
   document.querySelectorAll(".word, tr.step").forEach(e => e.classList.toggle("active", Number(e.dataset.step) === t));
 }
-document.querySelectorAll("input[name=extraction]").forEach(choice => choice.addEventListener("change", () => show(shown)));
+document.querySelectorAll("input[name=extraction], select.head").forEach(choice => choice.addEventListener("change", () => show(shown)));
 document.querySelectorAll(".word").forEach(button => {
   button.addEventListener("click", () => show(Number(button.dataset.step)));
   button.addEventListener("mouseenter", () => show(Number(button.dataset.step)));
@@ -80,9 +120,36 @@ show(0);
 """
 
 
+def head_views(heads: Tensor) -> list[list[float]]:
+    """One step's every head (N, h, L) -> what the head switch offers, in :func:`head_labels`' order:
+    each layer's heads, then that layer's mean of heads."""
+    views = []
+    for layer in heads.float():  # (h, L)
+        views += [*layer, layer.mean(0)]
+    return [[round(float(w), 4) for w in view] for view in views]
+
+
+def head_labels(layers: int, heads: int) -> list[str]:
+    return [label for n in range(layers) for label in [*(f"layer {n + 1}, head {k + 1}" for k in range(heads)), f"layer {n + 1}, mean of heads"]]
+
+
+def _head_switches(comparison: Comparison) -> dict[str, list[str]]:
+    """modality -> the switch's labels, for each modality whose decoder has more than one layer or head."""
+    switches = {}
+    for modality, heads in (("image", comparison.image_heads), ("text", comparison.text_heads)):
+        if heads is not None and heads.shape[1] * heads.shape[2] > 1:  # (T + 1, N, h, L)
+            switches[modality] = head_labels(heads.shape[1], heads.shape[2])
+    return switches
+
+
 def write_report(path: str | Path, image, comparison: Comparison, statistics: dict, title: str = "attnkit: attention over an image and over a sentence") -> Path:
-    """Write the report for ``comparison`` (``statistics`` as :meth:`Comparison.statistics` gives them)."""
+    """Write the report for ``comparison`` (``statistics`` as :meth:`Comparison.statistics` gives them).
+
+    With every head's attention in ``comparison`` (``compare(heads=True)``) and a multi-head decoder,
+    the report has a head switch per such modality (the module docstring)."""
     steps = []
+    switches = _head_switches(comparison)
+    reading_heads = comparison.head_attention(READING) if switches and comparison.image_reading is not None else None  # (W, N, h, L), (W, N', h', S)
     maps = overlays(image, comparison.image_attention, comparison.grid)
     reading_maps = overlays(image, comparison.image_reading, comparison.grid) if comparison.image_reading is not None else []
 
@@ -94,11 +161,16 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
             "text": statistics_of_step["text"],
         }
 
+    every_head = {"image": comparison.image_heads, "text": comparison.text_heads}  # (T + 1, N, h, L): row t emits word t
     for t, word in enumerate(comparison.target_words):
         per_word = statistics["per_word"][t]
         step = {"word": word, **view(maps[t], comparison.text_attention[t], per_word)}
+        if switches:
+            step["heads"] = {modality: head_views(every_head[modality][t]) for modality in switches}
         if t < len(reading_maps) and "reading" in per_word:  # words only: no step reads <eos> before it ends
             step["reading"] = view(reading_maps[t], comparison.text_reading[t], per_word["reading"])
+            if reading_heads is not None:
+                step["reading"]["heads"] = {modality: head_views(reading_heads[m][t]) for m, modality in enumerate(("image", "text")) if modality in switches}
         steps.append(step)
     escape = html.escape
     buttons = "".join(f'<button class="word" data-step="{t}">{escape(step["word"])}</button>' for t, step in enumerate(steps))
@@ -129,6 +201,13 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
         f'<td>{statistics[modality]["positions"]}</td></tr>'
         for modality in ("image", "text")
     )
+    head_choices = "".join(
+        f'<label>{modality} attention: <select class="head" id="{modality}-head"><option value="-1" selected>the declared aggregate</option>'
+        + "".join(f'<option value="{k}">{escape(label)}</option>' for k, label in enumerate(labels))
+        + "</select></label> "
+        for modality, labels in switches.items()
+    )
+    head_choices = f'<p class="heads">{head_choices}</p>' if head_choices else ""
     height, width = comparison.grid
     target = " ".join(w for w in comparison.target_words[:-1])
     steps_json = json.dumps(steps).replace("</", "<\\/")  # no "</script>" inside the script element
@@ -142,14 +221,17 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
 <div class="words">{buttons}</div>
 <p>A word's attention from <label><input type="radio" name="extraction" id="emitting" value="emitting" checked> the step that emits it</label>
 <label><input type="radio" name="extraction" id="reading" value="reading"> the step whose query has read it (Shift-Att; words only)</label></p>
+{head_choices}
 <div class="panels">
-  <div class="panel"><h2>image: <span id="current-word"></span></h2><img id="image-map" alt="attention over the image"><div id="image-stats"></div></div>
+  <div class="panel"><h2>image: <span id="current-word"></span></h2><img id="image-map" alt="attention over the image">
+    <canvas id="image-canvas" width="320" height="320" style="display: none"></canvas><div id="image-stats"></div></div>
   <div class="panel"><h2>source words</h2><div id="source-bars">{bars}</div><div id="text-stats"></div></div>
-  <div class="panel"><h2>input</h2><img src="{_png_data_url(image.convert("RGB").resize((160, 160)))}" alt="input image"></div>
+  <div class="panel"><h2>input</h2><img id="input-image" src="{_png_data_url(image.convert("RGB").resize((320, 320)))}" width="160" height="160" alt="input image"></div>
 </div>
 <table><tr><th>target word</th><th>image entropy</th><th>image peak</th><th>image eff. cells</th><th>text entropy</th><th>text peak</th><th>text eff. words</th>{erasure_heads}</tr>{rows}</table>
 <table><tr><th>modality</th><th>entropy (nats)</th><th>peak</th><th>effective positions</th><th>entropy / log L</th><th>positions L</th></tr>{means}</table>
 <script type="application/json" id="steps">{steps_json}</script>
+<script type="application/json" id="grid">{json.dumps([height, width])}</script>
 <script>{SCRIPT}</script>
 </body></html>
 """
@@ -158,7 +240,7 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
 
 def write_comparison(comparer: AttentionComparer, image, source: str, target: str | None, out: Path, title: str = "", log=print) -> list[tuple[Path, str]]:
     """The PNG, HTML report and statistics JSON of one image + sentence."""
-    comparison = comparer.compare([image], [source], None if target is None else [target])[0]
+    comparison = comparer.compare([image], [source], None if target is None else [target], heads=True)[0]  # the report's head switch
     statistics = comparison.statistics()
     sentence = " ".join(comparison.target_words[:-1])
     out.mkdir(parents=True, exist_ok=True)
