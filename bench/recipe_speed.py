@@ -5,6 +5,7 @@ Run from the project root::
     python bench/recipe_speed.py                  # the Multi30k RNN (subword) and Transformer recipes, 6,400 pairs each
     python bench/recipe_speed.py --pairs 1280     # a smoke check (seconds)
     python bench/recipe_speed.py --config tasks/configs/multi30k_de_en_subword.yaml --config my.yaml
+    python bench/recipe_speed.py --set train.precision=bf16      # an override for every recipe
 
 Each recipe is set up as ``tasks/train.py`` sets it up (its sentencepiece models, vocabularies and
 model, from ``data/multi30k-de-en``, prepared from ``../shared/data`` when missing), then the real
@@ -49,6 +50,7 @@ WARMUP_BATCHES = 4
 def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", dest="configs", action="append", default=[], help=f"a translation recipe (repeat; default: {', '.join(RECIPES)})")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override (every recipe)")
     parser.add_argument("--pairs", type=int, default=6400, help="training pairs timed per recipe (one epoch over them)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: every core this process may use)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the sample of pairs and of the weights")
@@ -60,9 +62,10 @@ def _never_validates(model):
     raise AssertionError("the benchmark times train_epoch only; validation must not run")
 
 
-def measure(config_path: str, dataset_folder: Path, pairs: int, seed: int, scratch: Path) -> dict:
+def measure(config_path: str, dataset_folder: Path, pairs: int, seed: int, scratch: Path, overrides: list[str] = ()) -> dict:
     """Set the recipe up as training does, then time one epoch over ``pairs`` of its training pairs."""
-    config = load_config(config_path, [f"data.path={dataset_folder}", f"output_dir={scratch / 'run'}", "train.device=cpu", f"train.seed={seed}"])
+    settings = [f"data.path={dataset_folder}", f"output_dir={scratch / 'run'}", "train.device=cpu", f"train.seed={seed}", *overrides]
+    config = load_config(config_path, settings)
     torch.manual_seed(seed)
     setup = prepare_translation(config, None, RunContext(Distributed.from_environment(), torch.device("cpu"), log=lambda *_: None))
     full = setup.dataset
@@ -84,6 +87,7 @@ def measure(config_path: str, dataset_folder: Path, pairs: int, seed: int, scrat
     return {
         "config": project_path(config_path),
         "family": setup.config.decoder.family,
+        "precision": setup.config.train.precision,
         "parameters": count_parameters(setup.model),
         "batch_size": config.train.batch_size,
         "pairs": len(sample),
@@ -107,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="attnkit-recipe-speed-") as scratch:
         for index, config_path in enumerate(args.configs or [str(ROOT / recipe) for recipe in RECIPES]):
-            result = measure(config_path, dataset, args.pairs, args.seed, Path(scratch) / str(index))
+            result = measure(config_path, dataset, args.pairs, args.seed, Path(scratch) / str(index), args.overrides)
             print(
                 f"{result['config']}: {result['tokens_per_s']:,.0f} target tokens/s ({result['pairs']} pairs, {result['seconds']} s; "
                 f"{result['parameters']:,} parameters, {result['matmul_flops_per_token'] / 1e6:.1f} MFLOP per token, {result['sustained_gflops']} GFLOP/s)"
@@ -116,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     first = results[0]["tokens_per_s"]
     for result in results[1:]:
         result["relative_to_first"] = round(result["tokens_per_s"] / first, 3)
-    return print_result({"benchmark": "recipe_speed", "threads": torch.get_num_threads(), "seed": args.seed, "results": results}, busy_before)
+    return print_result({"benchmark": "recipe_speed", "threads": torch.get_num_threads(), "seed": args.seed, "overrides": args.overrides, "results": results}, busy_before)
 
 
 if __name__ == "__main__":
