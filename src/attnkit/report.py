@@ -134,10 +134,13 @@ def head_labels(layers: int, heads: int) -> list[str]:
 
 
 def _head_switches(comparison: Comparison) -> dict[str, list[str]]:
-    """modality -> the switch's labels, for each modality whose decoder has more than one layer or head."""
+    """modality -> the switch's labels, for each modality whose decoder has more than one layer or head
+    (none unless the comparison holds both modalities' heads, as ``compare(heads=True)`` gives them)."""
     switches = {}
+    if comparison.image_heads is None or comparison.text_heads is None:
+        return switches
     for modality, heads in (("image", comparison.image_heads), ("text", comparison.text_heads)):
-        if heads is not None and heads.shape[1] * heads.shape[2] > 1:  # (T + 1, N, h, L)
+        if heads.shape[1] * heads.shape[2] > 1:  # (T + 1, N, h, L)
             switches[modality] = head_labels(heads.shape[1], heads.shape[2])
     return switches
 
