@@ -44,7 +44,7 @@ from pathlib import Path
 
 from attnkit.captioning import Captioner
 from attnkit.checkpoint import load_checkpoint, save_checkpoint, with_overrides
-from attnkit.comparison import AttentionComparer, choose_declared_attention, describe_scene_result, evaluate_scenes
+from attnkit.comparison import AttentionComparer, choose_declared_attention, describe_scene_result, evaluate_scenes, several_heads
 from attnkit.config import load_config
 from attnkit.data.scenes import generate_scenes, write_scene_dataset
 from attnkit.errors import UserError, run_cli
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     declared = None
     same = first_validation["extraction"] == extraction  # the per-head table is under the evaluation's extraction
     heads = (first_validation if same else evaluate_scenes(setups["shared"], valid_scenes, extraction=extraction))["grounding_by_head"]
-    if len(heads["image_pointing_hit_rate"]) * len(heads["image_pointing_hit_rate"][0]) > 1:
+    if several_heads(heads):
         layer, head = choose_declared_attention(heads)
         declared_checkpoint = save_checkpoint(
             out / "joint" / "declared.pt",

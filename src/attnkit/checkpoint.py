@@ -17,7 +17,6 @@ incompatible version.
 from __future__ import annotations
 
 import copy
-import io
 import warnings
 import zipfile
 from collections.abc import Callable, Sequence
@@ -31,7 +30,7 @@ from torch import nn
 from attnkit import __version__
 from attnkit.config import SUBWORD_TOKENIZER, ExperimentConfig, apply_overrides, drop_legacy_keys, from_dict, to_dict
 from attnkit.errors import UserError, first_line
-from attnkit.files import write_bytes_atomic
+from attnkit.files import save_torch_atomic
 from attnkit.vocab import SPECIALS, SubwordModel
 
 FORMAT = "attnkit-checkpoint"
@@ -84,11 +83,8 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> Path:
         "training": checkpoint.training,
         "subword_models": checkpoint.subword_models,
     }
-    # Serialised in memory, written by Python (write_bytes_atomic says why); the cost is one copy in memory.
-    buffer = io.BytesIO()
-    torch.save(payload, buffer)
     try:
-        write_bytes_atomic(path, buffer.getbuffer())
+        save_torch_atomic(path, payload)  # a full disk is an OSError (save_torch_atomic says why)
     except OSError as error:
         if error.filename is None:  # a failed write names no file: name the checkpoint
             error.filename = str(path)

@@ -379,6 +379,11 @@ def _head_table(by_head: dict[str, dict[tuple[int, int], _SceneGrounding]]) -> d
     return {"image_pointing_hit_rate": pointing, "text_aer": aer, "image_pointing_hit_rate_layer_mean": pointing_means, "text_aer_layer_mean": aer_means}
 
 
+def several_heads(grounding_by_head: dict) -> bool:
+    """Whether ``grounding_by_head`` comes from a decoder of more than one layer or head (which of them ground?)."""
+    return any(len(grounding_by_head[name]) * len(grounding_by_head[name][0]) > 1 for name in ("image_pointing_hit_rate", "text_aer"))
+
+
 def choose_declared_attention(grounding_by_head: dict) -> tuple[int, int]:
     """The (layer, head) whose attention grounds best in a validation run's ``grounding_by_head`` (one decoder's
     heads in both modalities), by the pointing hit rate plus 100 x (1 - AER), as the extraction is chosen;

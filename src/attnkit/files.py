@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 from collections.abc import Iterator
 from functools import lru_cache
@@ -57,11 +58,16 @@ def _fsync(path: Path) -> None:
         os.close(descriptor)
 
 
-def write_bytes_atomic(path: str | Path, data: bytes | memoryview, durable: bool = True) -> Path:
-    """Write ``data`` through Python's own file: a full disk is then an OSError with its errno (ENOSPC),
-    which the scripts report in one line (torch.save's writer would turn it into a bare RuntimeError)."""
+def save_torch_atomic(path: str | Path, obj, durable: bool = True) -> Path:
+    """``torch.save(obj)`` to ``path`` atomically. Serialised in memory (one copy), then written through
+    Python's own file: a full disk is then an OSError with its errno (ENOSPC), which the scripts report
+    in one line (torch.save's own writer would turn it into a bare RuntimeError, "unexpected pos")."""
+    import torch  # here, so that importing attnkit.files stays light
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
     with atomic_path(path, durable) as temporary, open(temporary, "wb") as handle:
-        handle.write(data)
+        handle.write(buffer.getbuffer())
     return Path(path)
 
 

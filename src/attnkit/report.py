@@ -24,7 +24,7 @@ from pathlib import Path
 from torch import Tensor
 
 from attnkit.analysis import READING
-from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer, Comparison, describe_scene_result, evaluate_scenes
+from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer, Comparison, describe_scene_result, evaluate_scenes, several_heads
 from attnkit.data.scenes import generate_scenes
 from attnkit.errors import UserError
 from attnkit.files import write_text_atomic
@@ -305,7 +305,7 @@ def compare_scenes(
         (erasure_plot, "what removing the attention peak, or a random position, costs each word: both modalities"),
     ]
     heads = metrics[SCENE_SPLITS[0]]["grounding_by_head"]
-    if any(len(heads[name]) * len(heads[name][0]) > 1 for name in ("image_pointing_hit_rate", "text_aer")):  # several heads: which ground?
+    if several_heads(heads):
         with_means = {
             name: [[*row, mean] for row, mean in zip(heads[name], heads[f"{name}_layer_mean"])] for name in ("image_pointing_hit_rate", "text_aer")
         }  # each layer's mean of heads as a last column

@@ -17,7 +17,6 @@ Layout: ``ROOT/<encoder key>/<image key>.pt``, one float16 tensor (C, g, g) per 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ import torch
 from torch import Tensor
 
 from attnkit.data.images import load_image, open_rgb
-from attnkit.files import write_bytes_atomic, write_text_atomic
+from attnkit.files import save_torch_atomic, write_text_atomic
 
 FORMAT_VERSION = 1
 
@@ -103,8 +102,6 @@ class FeatureCache:
             with torch.no_grad():
                 features = compute(pixels).to("cpu", torch.float16)  # (B, C, g, g)
             for i, feature in zip(chunk, features):
-                buffer = io.BytesIO()
-                torch.save(feature.clone(), buffer)  # in memory: see write_bytes_atomic
-                write_bytes_atomic(entries[i], buffer.getbuffer(), durable=False)  # a damaged entry is recomputed
+                save_torch_atomic(entries[i], feature.clone(), durable=False)  # a damaged entry is recomputed
                 found[i] = feature
         return torch.stack([found[i] for i in range(len(paths))]) if paths else torch.empty(0)
