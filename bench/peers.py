@@ -5,6 +5,7 @@ Run from the project root, on an otherwise idle machine::
     python bench/peers.py                 # full: 30 minutes of training each, back to back (about 75 minutes)
     python bench/peers.py --quick         # 600 training pairs, 1 minute each: a smoke check of the whole path
     python bench/peers.py --minutes 45 --threads 2
+    python bench/peers.py --recipe tasks/configs/multi30k_de_en_transformer_words.yaml   # Transformer against Joey's Transformer
 
 What it does, in one run of the script:
 
@@ -48,7 +49,7 @@ Fairness rules:
   so the run's figure is the harmonic mean of the per-epoch figures (= all tokens / all seconds).
   Only completed epochs count; Joey's interrupted last epoch has no figure.
 
-The same model, as far as Joey allows (``differences`` in the JSON says where not): bi-GRU encoder
+The same model, as far as Joey allows (``differences`` in the JSON says where not); the RNN recipe's: bi-GRU encoder
 256 per direction over 256-wide embeddings, GRU decoder 512 initialised by tanh(W h_enc), Luong
 ``general`` attention after the RNN, no input feeding, attentional vector tanh(W_c [h; c]), dropout
 0.3, label smoothing 0.1, Adam 1e-3, gradient norm clipped at 1.0, loss averaged over target tokens,
@@ -80,7 +81,17 @@ penalty alpha 1.0. What differs:
   stops at 2 x source length + 10 (attnkit) or 1.5 x the batch's longest source (Joey); attnkit cuts
   test sources at 50 words, Joey reads them whole.
 
-Targets (issue 12): attnkit >= 1.5x Joey's target tokens/s, and attnkit's test BLEU >= Joey's.
+The Transformer race (issue 18; ``--recipe tasks/configs/multi30k_de_en_transformer_words.yaml``, the
+Transformer recipe's model on the same lower-cased Moses words): 3 + 3 pre-norm layers of model size 256,
+4 heads, feed-forward 1024, sinusoidal positions, embeddings x sqrt(256), dropout 0.2 (embeddings after
+the positions, sublayer outputs, attention weights, the feed-forward's inner layer), the output layer
+tied to the target embeddings, label smoothing 0.1, Adam with the rate warmed up linearly to 7e-4 over
+1,000 steps, batches of 64 sentences. Joey's Transformer is built from the same recipe
+(:func:`joey_transformer_model`); what differs is listed by :func:`differences`, chiefly the schedule
+after the warm-up: attnkit halves the rate on validation plateaus, Joey (which has no warm-up followed by
+plateaus) takes its own Transformer schedule, warmupinversesquareroot, with the same warm-up and peak.
+
+Targets (issues 12 and 18): attnkit >= 1.5x Joey's target tokens/s, and attnkit's test BLEU >= Joey's.
 Human-readable lines first; the LAST line of stdout is one JSON object. The run folder (``--out``)
 keeps both runs: ``attnkit/`` (checkpoints, log.jsonl, test output; its console log beside it) and
 ``joeynmt/`` (tokenised data, config.yaml, run_joey.py, model/ with Joey's train.log and checkpoints,
@@ -137,10 +148,12 @@ TOKENS_COUNTED = "target words + <eos>; no <bos>, no padding (both systems)"
 
 # -- the keys Joey 2.3.0 reads -------------------------------------------------------------------------
 # Joey's constructors end in **kwargs and its config is a plain dict, so a misspelt key is silently
-# ignored. These are the keys its code reads for a recurrent, word-level model (joeynmt/config.py
+# ignored. These are the keys its code reads for a recurrent or Transformer word-level model (joeynmt/config.py
 # parse_global_args / parse_train_args / parse_test_args, __main__.py, data.py, tokenizers.py
-# _build_tokenizer, vocabulary.py _build_vocab, model.py build_model, encoders.py RecurrentEncoder,
-# decoders.py RecurrentDecoder, embeddings.py Embeddings, initialization.py initialize_model).
+# _build_tokenizer, vocabulary.py _build_vocab, model.py build_model, encoders.py RecurrentEncoder and
+# TransformerEncoder, decoders.py RecurrentDecoder and TransformerDecoder, embeddings.py Embeddings,
+# initialization.py initialize_model). Not listed: emb_dropout, which build_model sets from the embeddings'
+# dropout and passes beside the section's keys (written in the section too, it would be passed twice).
 # Not listed on purpose: decaying_step_size, learning_rate_decay, learning_rate_peak, momentum ...:
 # builders.py looks them up in the parsed TrainConfig, which never holds them (read, but never set).
 _JOEY_SIDE = {
@@ -173,10 +186,14 @@ JOEY_READS: dict[str, set[str]] = {
         "encoder", "decoder", "tied_embeddings", "tied_softmax", "initializer", "init_gain", "init_weight", "embed_initializer",
         "embed_init_weight", "embed_init_gain", "bias_initializer", "bias_init_weight", "init_rnn_orthogonal", "lstm_forget_gate",
     },  # fmt: skip
-    "model.encoder": {"type", "rnn_type", "embeddings", "hidden_size", "num_layers", "dropout", "bidirectional", "freeze"},
+    "model.encoder": {
+        "type", "rnn_type", "embeddings", "hidden_size", "num_layers", "dropout", "bidirectional", "freeze",
+        "ff_size", "num_heads", "layer_norm", "alpha", "activation",  # the transformer's (encoders.py TransformerEncoder)
+    },  # fmt: skip
     "model.decoder": {
         "type", "rnn_type", "embeddings", "hidden_size", "num_layers", "dropout", "hidden_dropout", "attention", "init_hidden",
         "input_feeding", "freeze", "activation",
+        "ff_size", "num_heads", "layer_norm", "alpha",  # the transformer's (decoders.py TransformerDecoder)
     },  # fmt: skip
     "model.encoder.embeddings": _JOEY_EMBEDDINGS,
     "model.decoder.embeddings": _JOEY_EMBEDDINGS,
@@ -185,8 +202,17 @@ JOEY_READS: dict[str, set[str]] = {
 JOEY_REQUIRES = (
     "name", "model_dir", "data.src.lang", "data.src.level", "data.trg.lang", "data.trg.level", "training.batch_size",
     "testing", "model.encoder.type", "model.encoder.embeddings.embedding_dim", "model.decoder.type",
-    "model.decoder.embeddings.embedding_dim", "model.decoder.attention",
+    "model.decoder.embeddings.embedding_dim",
 )  # fmt: skip
+# ... and those of each model type. A Transformer's layer_norm must be written out: its layers default
+# to "pre" in the encoder and "post" in the decoder, and the final LayerNorm exists only when it says "pre".
+JOEY_REQUIRES_BY_TYPE = {
+    "recurrent": ("model.decoder.attention",),
+    "transformer": (
+        "model.encoder.num_heads", "model.encoder.ff_size", "model.encoder.layer_norm",
+        "model.decoder.num_heads", "model.decoder.ff_size", "model.decoder.layer_norm",
+    ),
+}  # fmt: skip
 
 # How attnkit's Luong-style decoder scores map onto Joey's RNN-first decoder (its only structure).
 JOEY_ATTENTION = {"general": "luong", "additive": "bahdanau"}
@@ -237,27 +263,107 @@ if __name__ == "__main__":
 
 # -- the Joey config ---------------------------------------------------------------------------------------
 def check_joey_can_express(recipe: ExperimentConfig) -> None:
-    """A clear error for a recipe Joey's recurrent model cannot mirror (e.g. after ``--set``)."""
+    """A clear error for a recipe Joey's models cannot mirror (e.g. after ``--set``)."""
     encoder, decoder, train = recipe.text_encoder, recipe.decoder, recipe.train
     problems = []
     if recipe.task != "translation":
         problems.append(f"task is {recipe.task}, not translation")
     if recipe.data.tokenizer.kind == Tokenizer.SUBWORDS:
         problems.append("data.tokenizer.kind is sentencepiece; the race feeds Joey attnkit's words (moses, nltk or space)")
-    if encoder.family != "rnn" or decoder.family != "rnn":
-        problems.append("the text encoder or the decoder is a transformer; the race mirrors attnkit's recurrent recipe only (Joey's Transformer is not raced yet)")
-    if encoder.rnn not in ("gru", "lstm"):
-        problems.append(f"text_encoder.rnn is {encoder.rnn}; Joey's recurrent encoder is a GRU or an LSTM")
-    if decoder.style != "luong":
-        problems.append(f"decoder.style is {decoder.style}; Joey's recurrent decoder runs the RNN before attending (luong)")
-    if decoder.score not in JOEY_ATTENTION:
-        problems.append(f"decoder.score is {decoder.score}; Joey has {' and '.join(JOEY_ATTENTION)} only")
-    if decoder.init != "bridge":
-        problems.append(f"decoder.init is {decoder.init}; the race uses Joey's bridge (tanh(W h_enc))")
     if train.teacher_forcing < 1 or train.attention_regularization > 0 or train.attention_supervision > 0:
         problems.append("train.teacher_forcing < 1, attention_regularization or attention_supervision is set; Joey has none of them")
+    if encoder.family != decoder.family:
+        problems.append(f"text_encoder.family is {encoder.family} and decoder.family {decoder.family}; the race mirrors one family at a time")
+    elif decoder.family == "transformer":
+        if encoder.positions != "sinusoidal":
+            problems.append(f"text_encoder.positions is {encoder.positions}; Joey's Transformer has sinusoidal positions only")
+        if encoder.hidden_size != decoder.hidden_size:
+            problems.append(
+                f"text_encoder.hidden_size {encoder.hidden_size} differs from decoder.hidden_size {decoder.hidden_size}; "
+                "Joey's cross-attention reads a memory of the decoder's size"
+            )
+    else:
+        if encoder.rnn not in ("gru", "lstm"):
+            problems.append(f"text_encoder.rnn is {encoder.rnn}; Joey's recurrent encoder is a GRU or an LSTM")
+        if decoder.style != "luong":
+            problems.append(f"decoder.style is {decoder.style}; Joey's recurrent decoder runs the RNN before attending (luong)")
+        if decoder.score not in JOEY_ATTENTION:
+            problems.append(f"decoder.score is {decoder.score}; Joey has {' and '.join(JOEY_ATTENTION)} only")
+        if decoder.init != "bridge":
+            problems.append(f"decoder.init is {decoder.init}; the race uses Joey's bridge (tanh(W h_enc))")
     if problems:
         raise UserError("Joey NMT cannot mirror this recipe: " + "; ".join(problems))
+
+
+def joey_embeddings(size: int, dropout: float, scaled: bool) -> dict[str, Any]:
+    """Joey's embeddings section; ``scaled``: multiplied by sqrt(size) when read, as a Transformer's are."""
+    return {"embedding_dim": size, "scale": scaled, "dropout": dropout}
+
+
+def joey_recurrent_model(recipe: ExperimentConfig) -> dict[str, Any]:
+    encoder, decoder = recipe.text_encoder, recipe.decoder
+    return {
+        "tied_embeddings": False,  # the vocabularies differ
+        "tied_softmax": False,  # Joey ties only when embedding_dim == decoder hidden_size (see differences)
+        "encoder": {
+            "type": "recurrent",
+            "rnn_type": encoder.rnn,
+            "embeddings": joey_embeddings(encoder.embedding_size, encoder.dropout, scaled=False),
+            "hidden_size": encoder.hidden_size,
+            "num_layers": encoder.num_layers,
+            "bidirectional": encoder.bidirectional,
+            "dropout": encoder.dropout,  # between layers (Joey applies it only with 2+)
+        },
+        "decoder": {
+            "type": "recurrent",  # Joey's default decoder is a Transformer
+            "rnn_type": decoder.rnn,
+            "embeddings": joey_embeddings(decoder.embedding_size, decoder.dropout, scaled=False),
+            "hidden_size": decoder.hidden_size,
+            "num_layers": decoder.num_layers,
+            "attention": JOEY_ATTENTION[decoder.score],
+            "input_feeding": decoder.input_feeding,
+            "init_hidden": "bridge",
+            "hidden_dropout": decoder.dropout,  # on [h; c]; attnkit drops after the readout
+            "dropout": decoder.dropout,  # between layers
+        },
+    }
+
+
+def joey_transformer_model(recipe: ExperimentConfig) -> dict[str, Any]:
+    """Joey's Transformer of the recipe's sizes: pre-norm layers ending in a LayerNorm, as attnkit.blocks builds them."""
+
+    def stack(section: Any) -> dict[str, Any]:
+        return {
+            "type": "transformer",
+            "embeddings": joey_embeddings(section.embedding_size, section.dropout, scaled=True),  # its dropout: after adding positions
+            "hidden_size": section.hidden_size,
+            "ff_size": section.feedforward_size,
+            "num_layers": section.num_layers,
+            "num_heads": section.heads,
+            "dropout": section.dropout,  # on each sublayer's output, the attention weights and the feed-forward's inner layer
+            "layer_norm": "pre",
+            "activation": "relu",  # Joey's default, written out: attnkit's feed-forward layer
+        }
+
+    return {
+        "tied_embeddings": False,  # source and target vocabularies differ
+        "tied_softmax": recipe.decoder.tie_embeddings,  # the output layer is the target embeddings (embedding_dim == hidden_size)
+        "encoder": stack(recipe.text_encoder),
+        "decoder": stack(recipe.decoder),
+    }
+
+
+def joey_schedule(train: Any) -> dict[str, Any]:
+    """Joey's learning-rate schedule nearest to attnkit's (attnkit.optim).
+
+    Without a warm-up both halve the rate after ``lr_patience`` validations without gain (Joey's plateau,
+    through run_joey.py). Joey has no warm-up followed by plateaus; with one, it gets its own Transformer
+    schedule with the same linear warm-up to the same peak, then the peak x sqrt(warm-up / step).
+    """
+    if train.warmup_steps == 0:
+        plateau = {"scheduling": "plateau", "patience": train.lr_patience, "decrease_factor": train.lr_factor}
+        return plateau | {"learning_rate_min": train.min_lr}  # Joey stops below it; attnkit keeps training at it
+    return {"scheduling": "warmupinversesquareroot", "learning_rate_warmup": train.warmup_steps, "learning_rate_min": train.min_lr}  # a floor here
 
 
 def joey_config(
@@ -268,7 +374,7 @@ def joey_config(
     ``steps_per_epoch``: Joey validates and logs its tokens/s once per epoch, as attnkit does.
     """
     check_joey_can_express(recipe)
-    data, encoder, decoder, train, search = recipe.data, recipe.text_encoder, recipe.decoder, recipe.train, recipe.search
+    data, train, search = recipe.data, recipe.train, recipe.search
 
     def side(lang: str, max_length: int) -> dict[str, Any]:
         # The files hold attnkit's tokens, lower-cased already: Joey only splits them on spaces.
@@ -281,12 +387,9 @@ def joey_config(
     training = {
         "optimizer": "adam",
         "adam_betas": [0.9, 0.999],  # torch's defaults, as attnkit's Adam
-        "learning_rate": train.lr,
+        "learning_rate": train.lr,  # the peak, after a warm-up
         "weight_decay": train.weight_decay,
-        "scheduling": "plateau",  # halve on a validation without improvement, as attnkit (see run_joey.py)
-        "patience": train.lr_patience,
-        "decrease_factor": train.lr_factor,
-        "learning_rate_min": train.min_lr,  # Joey stops below it; attnkit keeps training at it
+        **joey_schedule(train),
         "loss": "crossentropy",
         "label_smoothing": train.label_smoothing,
         "normalization": "tokens",  # summed token loss / target tokens, as attnkit's mean token loss
@@ -294,7 +397,7 @@ def joey_config(
         "batch_type": "sentence",
         "batch_multiplier": 1,
         "epochs": train.epochs,  # the budget's SIGINT usually comes first
-        "early_stopping_metric": "bleu",  # picks best.ckpt and drives the plateau, as attnkit's validation BLEU
+        "early_stopping_metric": "bleu",  # picks best.ckpt (and drives a plateau schedule), as attnkit's validation BLEU
         "validation_freq": steps_per_epoch,
         "logging_freq": steps_per_epoch,  # one "Tokens per Sec" line per epoch, like attnkit's log.jsonl
         "keep_best_ckpts": 1,
@@ -305,10 +408,7 @@ def joey_config(
     }
     if train.clip_norm > 0:
         training["clip_grad_norm"] = train.clip_norm
-
-    def embeddings(size: int, dropout: float) -> dict[str, Any]:
-        return {"embedding_dim": size, "scale": False, "dropout": dropout}
-
+    model = joey_transformer_model(recipe) if recipe.decoder.family == "transformer" else joey_recurrent_model(recipe)
     return {
         "name": f"{recipe.name}_joeynmt",
         "joeynmt_version": JOEY_VERSION,
@@ -339,29 +439,7 @@ def joey_config(
             "initializer": "xavier_uniform",  # Joey's defaults, written out
             "embed_initializer": "xavier_uniform",
             "bias_initializer": "zeros",
-            "tied_embeddings": False,  # the vocabularies differ
-            "tied_softmax": False,  # Joey ties only when embedding_dim == decoder hidden_size (see differences)
-            "encoder": {
-                "type": "recurrent",
-                "rnn_type": encoder.rnn,
-                "embeddings": embeddings(encoder.embedding_size, encoder.dropout),
-                "hidden_size": encoder.hidden_size,
-                "num_layers": encoder.num_layers,
-                "bidirectional": encoder.bidirectional,
-                "dropout": encoder.dropout,  # between layers (Joey applies it only with 2+)
-            },
-            "decoder": {
-                "type": "recurrent",  # Joey's default decoder is a Transformer
-                "rnn_type": decoder.rnn,
-                "embeddings": embeddings(decoder.embedding_size, decoder.dropout),
-                "hidden_size": decoder.hidden_size,
-                "num_layers": decoder.num_layers,
-                "attention": JOEY_ATTENTION[decoder.score],
-                "input_feeding": decoder.input_feeding,
-                "init_hidden": "bridge",
-                "hidden_dropout": decoder.dropout,  # on [h; c]; attnkit drops after the readout
-                "dropout": decoder.dropout,  # between layers
-            },
+            **model,
         },
     }
 
@@ -395,7 +473,8 @@ def missing_joey_keys(config: Mapping[str, Any]) -> list[str]:
             node = node[part]
         return True
 
-    return [key for key in JOEY_REQUIRES if not present(key)]
+    model_type = config.get("model", {}).get("decoder", {}).get("type")
+    return [key for key in (*JOEY_REQUIRES, *JOEY_REQUIRES_BY_TYPE.get(model_type, ())) if not present(key)]
 
 
 def check_joey_config(config: Mapping[str, Any]) -> None:
@@ -770,27 +849,41 @@ def score(hypotheses: Sequence[str], pairs: Sequence[tuple[str, str]], recipe: E
 
 def differences(recipe: ExperimentConfig, attnkit: Mapping[str, Any] | None = None, joey: Mapping[str, Any] | None = None) -> list[str]:
     """Where Joey's model and training differ from attnkit's (see the module docstring)."""
-    decoder = recipe.decoder
+    decoder, train = recipe.decoder, recipe.train
     found = []
-    if decoder.tie_embeddings:
-        found.append(
-            f"output layer: attnkit ties it to the {decoder.embedding_size}-wide target embeddings through a {decoder.embedding_size}-wide "
-            f"readout tanh(W_c[h; c]); Joey ties only when embedding_dim == decoder hidden_size, so its readout is "
-            f"{decoder.hidden_size} wide and its output layer a separate V x {decoder.hidden_size} matrix without bias"
-        )
-    elif decoder.readout_size not in (0, decoder.hidden_size):
-        found.append(f"readout: attnkit's is {decoder.readout_size} wide, Joey's attentional vector is always the decoder's {decoder.hidden_size}")
+    if decoder.family == "transformer":
+        if decoder.tie_embeddings:
+            found.append("output layer: both are the target embeddings; attnkit's has a bias and drops its input out, Joey's has neither")
+        if train.warmup_steps:
+            found.append(
+                f"schedule: both warm the rate up linearly to {train.lr:g} over {train.warmup_steps} steps; then attnkit halves it after "
+                f"{train.lr_patience} validations without BLEU gain, Joey (which has no warm-up followed by plateaus) multiplies it by "
+                f"sqrt({train.warmup_steps} / step) (its warmupinversesquareroot, floored at {train.min_lr:g})"
+            )
+        found.append("initialisation: Xavier-uniform layers in both; embeddings N(0, 1/size) in attnkit, Xavier-uniform in Joey (both read x sqrt(size))")
+        found.append("LayerNorm epsilon: 1e-5 (PyTorch's) in attnkit, 1e-6 in Joey")
+    else:
+        if decoder.tie_embeddings:
+            found.append(
+                f"output layer: attnkit ties it to the {decoder.embedding_size}-wide target embeddings through a {decoder.embedding_size}-wide "
+                f"readout tanh(W_c[h; c]); Joey ties only when embedding_dim == decoder hidden_size, so its readout is "
+                f"{decoder.hidden_size} wide and its output layer a separate V x {decoder.hidden_size} matrix without bias"
+            )
+        elif decoder.readout_size not in (0, decoder.hidden_size):
+            found.append(f"readout: attnkit's is {decoder.readout_size} wide, Joey's attentional vector is always the decoder's {decoder.hidden_size}")
+        found += [
+            "dropout: both drop source and target embeddings; attnkit drops the readout before the output layer, Joey [h; c] before its readout (hidden_dropout)",
+            "schedule: both halve the rate after a validation without BLEU gain; Joey's plateau runs through run_joey.py's torch-2.14 shim "
+            "(threshold absolute 0) and stops below learning_rate_min; attnkit's (relative 1e-4) floors at min_lr",
+            "initialisation: attnkit PyTorch's defaults, Joey Xavier-uniform weights and embeddings, zero biases",
+        ]
     found += [
         "source: Joey appends </s> to every source sentence (one more encoder step and attention position); attnkit encodes the words only",
-        "dropout: both drop source and target embeddings; attnkit drops the readout before the output layer, Joey [h; c] before its readout (hidden_dropout)",
-        f"batches: attnkit groups sentences of similar length (bucketed, less padding); Joey 2.3.0 draws random batches of {recipe.train.batch_size}",
-        "schedule: both halve the rate after a validation without BLEU gain; Joey's plateau runs through run_joey.py's torch-2.14 shim "
-        "(threshold absolute 0) and stops below learning_rate_min; attnkit's (relative 1e-4) floors at min_lr",
+        f"batches: attnkit groups sentences of similar length (bucketed, less padding); Joey 2.3.0 draws random batches of {train.batch_size}",
         "stopping: attnkit stops early after train.patience validations without gain and starts no epoch that would overrun the budget; "
         "Joey is interrupted at the budget (its last, partial epoch is never validated)",
         "validation BLEU (picks the tested checkpoint): attnkit on detokenised output vs raw references, Joey on tokenised output vs tokenised references",
         "label smoothing: attnkit spreads it over every word but <pad> and <bos>, Joey over every word but <pad> and the gold word",
-        "initialisation: attnkit PyTorch's defaults, Joey Xavier-uniform weights and embeddings, zero biases",
         "decoding limit: attnkit 2 x source length + 10 per sentence, Joey 1.5 x the longest source of the batch",
     ]
     if joey is not None and joey["data"]["long_test_sources"]:
@@ -815,7 +908,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dataset", type=Path, default=ROOT / "data" / f"multi30k-{SOURCE}-{TARGET}", help="prepared Multi30k de-en folder (made when missing)")
     parser.add_argument("--data", default="", help="data root holding multi30k/, to prepare --dataset (default $ATTNKIT_DATA, else ../shared/data)")
     parser.add_argument("--joey-venv", type=Path, default=JOEY_VENV, help="Joey NMT's virtual environment (made when missing)")
-    parser.add_argument("--out", type=Path, default=None, help="run folder (default runs/bench-peers, or runs/bench-peers-quick)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="run folder (default runs/bench-peers, -quick with --quick, -transformer for a Transformer recipe)"
+    )
     return parser
 
 
@@ -827,6 +922,12 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.threads < 0:
         raise UserError(f"--threads must be at least 1 (or 0: the usable cores), got {args.threads}")
     args.threads = args.threads or usable_cores()
+
+
+def default_out(recipe: ExperimentConfig, quick: bool) -> Path:
+    """runs/bench-peers[-transformer][-quick]: a Transformer race does not overwrite the RNN race's folder."""
+    family = "-transformer" if recipe.decoder.family == "transformer" else ""
+    return ROOT / "runs" / f"bench-peers{family}{'-quick' if quick else ''}"
 
 
 def read_splits(dataset: Path, quick: bool) -> dict[str, list[tuple[str, str]]]:
@@ -859,7 +960,7 @@ def main(argv: list[str] | None = None) -> int:
     recipe = load_config(args.recipe, args.overrides)
     check_joey_can_express(recipe)
     mode = "quick" if args.quick else "full"
-    out = (args.out or ROOT / "runs" / ("bench-peers-quick" if args.quick else "bench-peers")).resolve()
+    out = (args.out or default_out(recipe, args.quick)).resolve()
     ensure_dataset(args.dataset, args.data)
     splits = read_splits(args.dataset, args.quick)
     dataset = args.dataset.resolve()

@@ -53,8 +53,15 @@ def peers(monkeypatch):
     sys.modules.pop("peers", None)
 
 
+TRANSFORMER_RECIPE = Path(__file__).resolve().parents[1] / "tasks/configs/multi30k_de_en_transformer_words.yaml"
+
+
 def recipe(peers, *overrides: str):
     return peers.load_config(peers.RECIPE, list(overrides))
+
+
+def transformer_recipe(peers, *overrides: str):
+    return peers.load_config(TRANSFORMER_RECIPE, list(overrides))
 
 
 def needs_joey(peers) -> None:
@@ -74,8 +81,10 @@ def joey_source(peers, module: str) -> str:
 
 
 # -- the Joey config ---------------------------------------------------------------------------------------
-def test_the_joey_config_holds_only_keys_joey_reads_and_every_key_it_needs(peers, tmp_path):
-    config = peers.joey_config(recipe(peers), tmp_path / "data", tmp_path / "model", steps_per_epoch=454)
+@pytest.mark.parametrize("family", ["rnn", "transformer"])
+def test_the_joey_config_holds_only_keys_joey_reads_and_every_key_it_needs(peers, tmp_path, family):
+    ours = recipe(peers) if family == "rnn" else transformer_recipe(peers)
+    config = peers.joey_config(ours, tmp_path / "data", tmp_path / "model", steps_per_epoch=454)
     assert peers.unread_joey_keys(config) == []
     assert peers.missing_joey_keys(config) == []
     peers.check_joey_config(config)
@@ -130,6 +139,34 @@ def test_the_joey_config_mirrors_the_recipe(peers, tmp_path):
     assert sizes == (256, 256, 512, 64, 2) and ours.text_encoder.bidirectional and ours.decoder.tie_embeddings
 
 
+def test_the_transformer_race_gives_joey_the_same_transformer(peers, tmp_path):
+    ours = transformer_recipe(peers)
+    config = peers.joey_config(ours, tmp_path / "data", tmp_path / "model", steps_per_epoch=454)
+    encoder, decoder = ours.text_encoder, ours.decoder
+    for section, theirs in ((encoder, config["model"]["encoder"]), (decoder, config["model"]["decoder"])):
+        assert theirs == {
+            "type": "transformer", "hidden_size": section.hidden_size, "ff_size": section.feedforward_size, "num_layers": section.num_layers,
+            "num_heads": section.heads, "dropout": section.dropout, "layer_norm": "pre", "activation": "relu",
+            "embeddings": {"embedding_dim": section.embedding_size, "scale": True, "dropout": section.dropout},
+        }  # fmt: skip
+    assert (config["model"]["tied_embeddings"], config["model"]["tied_softmax"]) == (False, True)
+    training = config["training"]
+    assert (training["scheduling"], training["learning_rate"], training["learning_rate_warmup"]) == ("warmupinversesquareroot", ours.train.lr, 1000)
+    assert "patience" not in training and config["data"]["src"]["level"] == "word"  # no plateau; the same words as the RNN race
+    assert any(line.startswith("schedule: both warm the rate up linearly to 0.0007 over 1000 steps") for line in peers.differences(ours))
+    # The Transformer recipe of the race is the Multi30k Transformer recipe's model, on the word recipe's data.
+    subword = peers.load_config(peers.ROOT / "tasks/configs/multi30k_de_en_transformer.yaml", [])
+    assert (ours.text_encoder, ours.decoder, ours.train) == (subword.text_encoder, subword.decoder, subword.train)
+    assert ours.data.tokenizer == recipe(peers).data.tokenizer and ours.data.min_freq == recipe(peers).data.min_freq
+    # Without a warm-up, Joey's Transformer halves its rate on plateaus, as attnkit's.
+    assert peers.joey_config(transformer_recipe(peers, "train.warmup_steps=0"), tmp_path, tmp_path / "m", 9)["training"]["scheduling"] == "plateau"
+
+
+def test_a_transformer_race_has_its_own_default_folder(peers):
+    assert peers.default_out(recipe(peers), quick=False).name == "bench-peers"
+    assert peers.default_out(transformer_recipe(peers), quick=True).name == "bench-peers-transformer-quick"
+
+
 def test_overrides_reach_both_systems(peers, tmp_path):
     config = peers.joey_config(recipe(peers, "decoder.hidden_size=384", "decoder.score=additive", "train.batch_size=32"), tmp_path, tmp_path / "m", 9)
     assert config["model"]["decoder"]["hidden_size"] == 384 and config["model"]["decoder"]["attention"] == "bahdanau"
@@ -143,12 +180,26 @@ def test_overrides_reach_both_systems(peers, tmp_path):
         ("decoder.style=bahdanau", "decoder.style is bahdanau"),
         ("data.tokenizer.kind=sentencepiece", "sentencepiece"),
         ("train.teacher_forcing=0.9", "teacher_forcing"),
-        ("text_encoder.family=transformer", "Transformer is not raced yet"),
+        ("text_encoder.family=transformer", "the race mirrors one family at a time"),
     ],
 )
 def test_a_recipe_joey_cannot_mirror_is_refused(peers, tmp_path, override, message):
     with pytest.raises(UserError, match=message):
         peers.joey_config(recipe(peers, override), tmp_path, tmp_path / "m", 10)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("text_encoder.positions=learned", "sinusoidal positions only"),
+        ("text_encoder.hidden_size=512", "memory of the decoder's size"),
+        ("data.tokenizer.kind=sentencepiece", "sentencepiece"),
+    ],
+)
+def test_a_transformer_joey_cannot_mirror_is_refused(peers, tmp_path, override, message):
+    extra = ["text_encoder.embedding_size=512"] if "hidden_size" in override else []
+    with pytest.raises(UserError, match=message):
+        peers.joey_config(transformer_recipe(peers, override, *extra), tmp_path, tmp_path / "m", 10)
 
 
 def test_the_test_config_decodes_only_the_test_split_from_the_given_checkpoint(peers, tmp_path):
@@ -400,18 +451,39 @@ JOEY_CHECK = textwrap.dedent(
     optimizer = torch.optim.Adam(model.parameters(), lr=args.train.learning_rate)
     scheduler, step_at = build_scheduler(cfg=args.train._asdict(), optimizer=optimizer, scheduler_mode="max", hidden_size=model.encoder._output_size)
     rates = []
-    for bleu in (10.0, 10.0, 10.0):  # no gain: after `patience` validations the rate drops
-        scheduler.step(metrics=bleu)
-        rates.append(optimizer.param_groups[0]["lr"])
+    if step_at == "validation":
+        for bleu in (10.0, 10.0, 10.0):  # no gain: after `patience` validations the rate drops
+            scheduler.step(metrics=bleu)
+            rates.append(optimizer.param_groups[0]["lr"])
+    else:  # a per-step schedule: the rate after half the warm-up, the warm-up, and 4 times it
+        warmup = args.train.learning_rate_warmup
+        for step in range(4 * warmup):
+            scheduler.step(step)
+            if step + 1 in (warmup // 2, warmup, 4 * warmup):
+                rates.append(optimizer.param_groups[0]["lr"])
     encoder, decoder = model.encoder, model.decoder
+    if type(decoder).__name__ == "TransformerDecoder":
+        def stack(module, attention):
+            layer = module.layers[0]
+            return [type(module).__name__, len(module.layers), getattr(layer, attention).num_heads, layer._layer_norm_position,
+                    module.layer_norm is not None, layer.feed_forward.pwff_layer[0].out_features]
+        described = {
+            "encoder": stack(encoder, "src_src_att") + [model.src_embed.embedding_dim, model.src_embed.scale],
+            "decoder": stack(decoder, "trg_trg_att") + [model.trg_embed.embedding_dim, model.trg_embed.scale,
+                                                        decoder.output_layer.weight is model.trg_embed.lut.weight],
+        }
+    else:
+        described = {
+            "encoder": [type(encoder).__name__, type(encoder.rnn).__name__, encoder.rnn.hidden_size, encoder.rnn.bidirectional, model.src_embed.embedding_dim],
+            "decoder": [type(decoder).__name__, type(decoder.rnn).__name__, decoder.rnn.hidden_size, decoder.input_feeding, type(decoder.attention).__name__,
+                        model.trg_embed.embedding_dim, list(decoder.output_layer.weight.shape)],
+        }
     print(json.dumps({
         "train": {k: v for k, v in args.train._asdict().items() if k in ("batch_size", "batch_type", "learning_rate", "label_smoothing",
                   "clip_grad_norm", "normalization", "scheduling", "validation_freq", "logging_freq", "early_stopping_metric")},
         "test": {"beam_size": args.test.beam_size, "beam_alpha": args.test.beam_alpha},
         "words": {lang: tokenizer[lang](line, is_train=True) for lang, line in (("de", sys.argv[3]), ("en", sys.argv[4]))},
-        "encoder": [type(encoder).__name__, type(encoder.rnn).__name__, encoder.rnn.hidden_size, encoder.rnn.bidirectional, model.src_embed.embedding_dim],
-        "decoder": [type(decoder).__name__, type(decoder.rnn).__name__, decoder.rnn.hidden_size, decoder.input_feeding, type(decoder.attention).__name__,
-                    model.trg_embed.embedding_dim, list(decoder.output_layer.weight.shape)],
+        **described,
         "parameters": sum(p.numel() for p in model.parameters()),
         "scheduler": [type(scheduler).__name__, step_at, patched, rates],
     }))
@@ -419,9 +491,9 @@ JOEY_CHECK = textwrap.dedent(
 )
 
 
-def test_joeys_own_loader_reads_the_config_as_meant(peers, tmp_path):
+def run_joey_check(peers, tmp_path, ours) -> tuple[dict, object]:
+    """Joey's own loader, model builder and scheduler on the config the script writes for ``ours``: what they built."""
     python = joey_python(peers)
-    ours = recipe(peers)
     data = peers.write_joey_data({"train": SENTENCES, "valid": SENTENCES, "test": SENTENCES}, tmp_path / "data", ours)
     config = peers.joey_config(ours, data.folder, tmp_path / "model", data.steps_per_epoch)
     config_path = tmp_path / "config.yaml"
@@ -435,20 +507,41 @@ def test_joeys_own_loader_reads_the_config_as_meant(peers, tmp_path):
         env=peers.thread_environment(1, joey=True),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1]), data
+
+
+def assert_joey_reads_the_training_and_words(seen, ours, data, scheduling):
     assert seen["train"] == {
         "batch_size": ours.train.batch_size, "batch_type": "sentence", "learning_rate": ours.train.lr, "label_smoothing": ours.train.label_smoothing,
-        "clip_grad_norm": ours.train.clip_norm, "normalization": "tokens", "scheduling": "plateau", "validation_freq": data.steps_per_epoch,
+        "clip_grad_norm": ours.train.clip_norm, "normalization": "tokens", "scheduling": scheduling, "validation_freq": data.steps_per_epoch,
         "logging_freq": data.steps_per_epoch, "early_stopping_metric": "bleu",
     }  # fmt: skip
     assert seen["test"] == {"beam_size": ours.search.beam_size, "beam_alpha": ours.search.length_penalty}
     moses = {lang: Tokenizer(ours.data.tokenizer, lang) for lang in ("de", "en")}
     assert seen["words"] == {"de": moses["de"].tokenize(SENTENCES[0][0]), "en": moses["en"].tokenize(SENTENCES[0][1])}
+
+
+def test_joeys_own_loader_reads_the_config_as_meant(peers, tmp_path):
+    ours = recipe(peers)
+    seen, data = run_joey_check(peers, tmp_path, ours)
+    assert_joey_reads_the_training_and_words(seen, ours, data, "plateau")
     assert seen["encoder"] == ["RecurrentEncoder", "GRU", 256, True, 256]
     assert seen["decoder"] == ["RecurrentDecoder", "GRU", 512, False, "LuongAttention", 256, [4 + 4, 512]]  # untied: V x 512
     name, step_at, _, rates = seen["scheduler"]
     assert (name, step_at) == ("ReduceLROnPlateau", "validation")
     assert rates == [ours.train.lr, ours.train.lr, ours.train.lr * ours.train.lr_factor]  # halved after lr_patience=1 bad validation and one more
+
+
+def test_joeys_own_loader_builds_the_same_transformer(peers, tmp_path):
+    ours = transformer_recipe(peers)
+    seen, data = run_joey_check(peers, tmp_path, ours)
+    assert_joey_reads_the_training_and_words(seen, ours, data, "warmupinversesquareroot")
+    # 3 pre-norm layers of 4 heads and feed-forward 1024, a final LayerNorm, embeddings x sqrt(256); the output layer is the target embeddings.
+    assert seen["encoder"] == ["TransformerEncoder", 3, 4, "pre", True, 1024, 256, True]
+    assert seen["decoder"] == ["TransformerDecoder", 3, 4, "pre", True, 1024, 256, True, True]
+    name, step_at, _, rates = seen["scheduler"]
+    assert (name, step_at) == ("WarmupInverseSquareRootScheduler", "step")
+    assert rates == pytest.approx([ours.train.lr / 2, ours.train.lr, ours.train.lr / 2])  # linear warm-up to the peak, then x sqrt(1000 / step)
 
 
 
