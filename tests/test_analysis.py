@@ -17,7 +17,10 @@ from attnkit.analysis import (
     forced_attention,
     word_attention,
     image_grounding,
+    localisation,
     peak_weight,
+    quadrant_weights,
+    span_weights,
     summarise,
     text_grounding,
 )
@@ -163,3 +166,51 @@ def test_batched_erasure_equals_one_step_at_a_time(vocab, settings):
         expected = out.logits.log_softmax(-1)[0, target[t + 1]] - erased.logits.log_softmax(-1)[0, target[t + 1]]
         torch.testing.assert_close(found.peak_drop[t], expected, atol=1e-5, rtol=1e-4)
         state = out.state
+
+
+# -- localisation on mosaics and joined sources (issue 19) ---------------------------------------------------
+
+@pytest.mark.parametrize("grid", [(2, 2), (4, 4), (7, 7)])
+def test_the_quadrants_of_a_mosaic_share_out_every_cell(grid):
+    quadrants = torch.stack([quadrant_weights(grid, q) for q in range(4)])  # (4, L)
+    assert torch.allclose(quadrants.sum(0), torch.ones(grid[0] * grid[1]))
+    assert torch.allclose(quadrants.mean(1), torch.full((4,), 0.25))  # each a quarter of the mosaic
+    top_left = quadrant_weights(grid, 0).reshape(grid)
+    assert top_left[0, 0] == 1 and top_left[-1, -1] == 0
+    if grid[0] % 2:  # the middle row and column straddle: half a cell in each quadrant they touch
+        assert top_left[grid[0] // 2, 0] == pytest.approx(0.5) and top_left[grid[0] // 2, grid[1] // 2] == pytest.approx(0.25)
+
+
+def test_all_mass_in_the_right_region_scores_one_and_uniform_attention_its_share():
+    grid = (7, 7)
+    region = quadrant_weights(grid, 3)
+    inside = torch.zeros(2, 49)
+    inside[0, 48] = 1.0  # the bottom-right corner cell
+    inside[1, [40, 41, 47]] = torch.tensor([0.2, 0.3, 0.5])  # spread over cells wholly inside
+    mass, hits = localisation(inside, region)
+    assert torch.allclose(mass, torch.ones(2)) and hits.all()
+    uniform = torch.full((3, 49), 1 / 49)
+    mass, _ = localisation(uniform, region)
+    assert torch.allclose(mass, torch.full((3,), 0.25))
+    elsewhere = torch.zeros(1, 49)
+    elsewhere[0, 0] = 1.0
+    assert localisation(elsewhere, region)[0].item() == 0 and not localisation(elsewhere, region)[1].item()
+    centre = torch.zeros(1, 49)
+    centre[0, 24] = 1.0  # the middle cell: a quarter in each quadrant, a hit for none
+    mass, hits = localisation(centre, region)
+    assert mass.item() == pytest.approx(0.25) and not hits.item()
+
+
+def test_joined_sources_score_the_same_way():
+    lengths = [3, 5, 2, 6]
+    region = span_weights(lengths, 1)
+    assert region.tolist() == [0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0]
+    attention = torch.zeros(2, 16)
+    attention[0, 3:8] = 0.2  # all on its own sentence
+    attention[1] = 1 / 16  # uniform: the sentence's share of the joined source
+    mass, hits = localisation(attention, region)
+    assert mass.tolist() == pytest.approx([1.0, 5 / 16]) and hits[0]
+    with pytest.raises(ValueError, match="no source 4"):
+        span_weights(lengths, 4)
+    with pytest.raises(ValueError, match="quadrants 0-3"):
+        quadrant_weights((7, 7), 4)

@@ -158,6 +158,44 @@ def image_grounding(
     return ImageGrounding(words, hits, mass)
 
 
+# -- localisation: several inputs side by side as one memory ------------------------------------------------
+# Four photos in a 2 x 2 mosaic, or four sentences joined as one source: a word forced for one input should
+# attend to that input's part of the memory. The same score for both modalities, from a region weight per
+# memory position (the share of a cell inside a quadrant, or 1 on a sentence's words and 0 elsewhere).
+MOSAIC_QUADRANTS = 4  # top-left, top-right, bottom-left, bottom-right
+
+
+def quadrant_weights(grid: tuple[int, int], quadrant: int) -> Tensor:
+    """The share of each grid cell inside ``quadrant`` (0-3, row-major) of a 2 x 2 mosaic (L,).
+
+    On an odd grid the middle row and column straddle two quadrants and count half in each."""
+    if not 0 <= quadrant < MOSAIC_QUADRANTS:
+        raise ValueError(f"a 2 x 2 mosaic has quadrants 0-3, got {quadrant}")
+    row, column = divmod(quadrant, 2)
+    return overlap_share(cell_boxes(grid, (2, 2)), (column, row, column + 1, row + 1))  # the mosaic as a 2 x 2 unit square
+
+
+def span_weights(lengths: Sequence[int], index: int) -> Tensor:
+    """1 on the positions of the ``index``-th of several sources joined end to end, 0 elsewhere (L = sum(lengths),)."""
+    if not 0 <= index < len(lengths):
+        raise ValueError(f"{len(lengths)} joined sources have no source {index}")
+    weights = torch.zeros(sum(lengths))
+    start = sum(lengths[:index])
+    weights[start : start + lengths[index]] = 1.0
+    return weights
+
+
+def localisation(attention: Tensor, region: Tensor) -> tuple[Tensor, Tensor]:
+    """Each step's attention mass on its input's region, and whether its peak lies mostly in it: ((T,), (T,) bool).
+
+    ``attention`` (T, L); ``region`` (L,) the share of each position inside the region. Uniform attention
+    scores the region's share of the memory (a quarter for one of four inputs of equal size)."""
+    weights = attention.float()  # (T, L)
+    mass = weights @ region.to(weights)  # (T,)
+    hits = region.to(weights)[weights.argmax(-1)] > 0.5  # (T,): a cell straddling two quadrants is no hit for either
+    return mass, hits
+
+
 # -- text: alignment error rate --------------------------------------------------------------------------
 def attention_alignment(attention: Tensor, target_words: int | None = None) -> set[tuple[int, int]]:
     """Links (source position, target position): each target word to its peak source word.
