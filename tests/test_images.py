@@ -58,3 +58,30 @@ def test_bad_files_are_one_message_each(tmp_path, monkeypatch):
             open_rgb(tmp_path / name)
         assert name in str(caught.value)
     assert open_rgb(tmp_path / "good.jpg").size == (64, 64)
+
+
+# -- the 2 x 2 mosaic of the localisation test (issue 19) ---------------------------------------------------
+COLOURS = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0)]
+
+
+@pytest.mark.parametrize("size", [8, 9])
+def test_each_photo_fills_its_own_quadrant(size):
+    photos = [Image.new("RGB", (30 + 10 * i, 20), colour) for i, colour in enumerate(COLOURS)]  # any sizes
+    sheet = np.asarray(images.mosaic(photos, size))  # (size, size, 3)
+    assert sheet.shape == (size, size, 3)
+    half = size // 2
+    quadrants = [sheet[:half, :half], sheet[:half, half:], sheet[half:, :half], sheet[half:, half:]]
+    for quadrant, colour in zip(quadrants, COLOURS):
+        assert (quadrant == colour).all()
+
+
+def test_a_mosaic_needs_four_readable_photos(tmp_path):
+    good = tmp_path / "good.png"
+    Image.new("L", (10, 10), 128).save(good)  # grayscale is fine
+    assert images.open_mosaic([good] * 4, 8).size == (8, 8)
+    with pytest.raises(images.UserError, match="needs 4 photos, got 3"):
+        images.open_mosaic([good] * 3, 8)
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"not a jpeg")
+    with pytest.raises(ImageError, match="broken.jpg: not an image"):
+        images.open_mosaic([good, good, broken, good], 8)

@@ -80,3 +80,35 @@ def image_tensor(image: Image.Image, size: int, normalization: tuple[tuple[float
 
 def load_image(path: str | Path, size: int, normalization: tuple[tuple[float, ...], tuple[float, ...]]) -> Tensor:
     return image_tensor(open_rgb(path), size, normalization)
+
+
+MOSAIC_PHOTOS = 4  # a 2 x 2 mosaic, row-major: top-left, top-right, bottom-left, bottom-right
+
+
+def _check_mosaic_photos(count: int) -> None:
+    if count != MOSAIC_PHOTOS:
+        raise UserError(f"a 2 x 2 mosaic needs {MOSAIC_PHOTOS} photos, got {count}")
+
+
+def mosaic(images: list[Image.Image], size: int) -> Image.Image:
+    """Four images side by side as one size x size RGB image, each squashed into its quadrant (row-major).
+
+    The localisation test (issue 19; ``attnkit.analysis.quadrant_weights``) asks how much of a word's
+    attention falls on the quadrant of the photo it was forced to describe."""
+    _check_mosaic_photos(len(images))
+    if size < 2:
+        raise UserError(f"a mosaic needs at least 2 x 2 pixels, got size {size}")
+    half = size // 2
+    edges = (0, half, size)  # an odd size gives the right column and bottom row one pixel more
+    sheet = Image.new("RGB", (size, size))
+    for index, image in enumerate(images):
+        row, column = divmod(index, 2)
+        box = (edges[column], edges[row], edges[column + 1], edges[row + 1])
+        sheet.paste(image.convert("RGB").resize((box[2] - box[0], box[3] - box[1]), Image.Resampling.BILINEAR, reducing_gap=None), box[:2])
+    return sheet
+
+
+def open_mosaic(paths: list[str | Path], size: int) -> Image.Image:
+    """The mosaic of four photo files; a missing or unreadable one is an :class:`ImageError` naming it."""
+    _check_mosaic_photos(len(paths))  # before reading any of them
+    return mosaic([open_rgb(path) for path in paths], size)
