@@ -118,7 +118,7 @@ from typing import Any
 import torch
 import yaml
 
-from attnkit.config import ExperimentConfig, load_config
+from attnkit.config import DecoderConfig, ExperimentConfig, TextEncoderConfig, TrainConfig, load_config
 from attnkit.data.text import read_parallel, write_parallel_dataset
 from attnkit.distributed import usable_cores
 from attnkit.errors import UserError, run_cli
@@ -332,7 +332,7 @@ def joey_recurrent_model(recipe: ExperimentConfig) -> dict[str, Any]:
 def joey_transformer_model(recipe: ExperimentConfig) -> dict[str, Any]:
     """Joey's Transformer of the recipe's sizes: pre-norm layers ending in a LayerNorm, as attnkit.blocks builds them."""
 
-    def stack(section: Any) -> dict[str, Any]:
+    def stack(section: TextEncoderConfig | DecoderConfig) -> dict[str, Any]:
         return {
             "type": "transformer",
             "embeddings": joey_embeddings(section.embedding_size, section.dropout, scaled=True),  # its dropout: after adding positions
@@ -353,17 +353,17 @@ def joey_transformer_model(recipe: ExperimentConfig) -> dict[str, Any]:
     }
 
 
-def joey_schedule(train: Any) -> dict[str, Any]:
+def joey_schedule(train: TrainConfig) -> dict[str, Any]:
     """Joey's learning-rate schedule nearest to attnkit's (attnkit.optim).
 
     Without a warm-up both halve the rate after ``lr_patience`` validations without gain (Joey's plateau,
     through run_joey.py). Joey has no warm-up followed by plateaus; with one, it gets its own Transformer
     schedule with the same linear warm-up to the same peak, then the peak x sqrt(warm-up / step).
     """
+    # learning_rate_min: with the plateau Joey stops below it (attnkit keeps training at it); after a warm-up it is a floor.
     if train.warmup_steps == 0:
-        plateau = {"scheduling": "plateau", "patience": train.lr_patience, "decrease_factor": train.lr_factor}
-        return plateau | {"learning_rate_min": train.min_lr}  # Joey stops below it; attnkit keeps training at it
-    return {"scheduling": "warmupinversesquareroot", "learning_rate_warmup": train.warmup_steps, "learning_rate_min": train.min_lr}  # a floor here
+        return {"scheduling": "plateau", "patience": train.lr_patience, "decrease_factor": train.lr_factor, "learning_rate_min": train.min_lr}
+    return {"scheduling": "warmupinversesquareroot", "learning_rate_warmup": train.warmup_steps, "learning_rate_min": train.min_lr}
 
 
 def joey_config(

@@ -26,6 +26,7 @@ import torch
 from nltk.translate.metrics import alignment_error_rate
 from torch import Tensor
 
+from attnkit.data.images import MOSAIC_PHOTOS  # the mosaic's layout: 2 x 2, row-major
 from attnkit.interfaces import EncoderOutput
 from attnkit.vocab import Vocabulary
 
@@ -162,14 +163,11 @@ def image_grounding(
 # Four photos in a 2 x 2 mosaic, or four sentences joined as one source: a word forced for one input should
 # attend to that input's part of the memory. The same score for both modalities, from a region weight per
 # memory position (the share of a cell inside a quadrant, or 1 on a sentence's words and 0 elsewhere).
-MOSAIC_QUADRANTS = 4  # top-left, top-right, bottom-left, bottom-right
-
-
 def quadrant_weights(grid: tuple[int, int], quadrant: int) -> Tensor:
     """The share of each grid cell inside ``quadrant`` (0-3, row-major) of a 2 x 2 mosaic (L,).
 
     On an odd grid the middle row and column straddle two quadrants and count half in each."""
-    if not 0 <= quadrant < MOSAIC_QUADRANTS:
+    if not 0 <= quadrant < MOSAIC_PHOTOS:
         raise ValueError(f"a 2 x 2 mosaic has quadrants 0-3, got {quadrant}")
     row, column = divmod(quadrant, 2)
     return overlap_share(cell_boxes(grid, (2, 2)), (column, row, column + 1, row + 1))  # the mosaic as a 2 x 2 unit square
