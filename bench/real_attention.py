@@ -26,7 +26,13 @@ Run from the project root::
    position or the lowest-weight position is removed; how often the word changes), split into
    content words, function words (a closed-class list) and punctuation. Words outside the model's
    vocabulary are left out and counted.
-6. Writes ``study.json``, ``erasure.png`` (peak against random removal, per modality) and the
+6. Localisation on mosaics (no annotations needed): each study photo with three other study photos
+   in a 2 x 2 mosaic, and their four German sentences joined as one source, in the same order (the
+   other three and the order drawn from ``--seed``; ``mosaic.arrangements`` records them). The
+   photo's English sentence is forced through both sides; per modality and word group, the share of
+   each word's attention on its own photo's quadrant / its own sentence (``mass``; chance is about a
+   quarter) and how often its peak lies there (``pointing``); per layer and head for content words.
+7. Writes ``study.json``, ``erasure.png`` (peak against random removal, per modality) and the
    comparison of one photo (``example/``: PNG, HTML report, statistics) into ``--out``.
 
 Human-readable lines first; the LAST line of stdout is one JSON object.
@@ -47,11 +53,20 @@ import torch
 from attnkit.captioning import Captioner
 from attnkit.checkpoint import load_checkpoint
 from attnkit.analysis import Erasure
-from attnkit.comparison import AttentionComparer, add_erasure_by_group, attention_by_group, erasure_groups, summarise_erasure_by_group
+from attnkit.comparison import (
+    AttentionComparer,
+    StudyInput,
+    add_erasure_by_group,
+    attention_by_group,
+    comparison_word_groups,
+    erasure_groups,
+    mosaic_study,
+    summarise_erasure_by_group,
+)
 from attnkit.cli import non_negative_int, positive_int
 from attnkit.config import load_config
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split, write_caption_dataset
-from attnkit.data.images import open_rgb
+from attnkit.data.images import MOSAIC_PHOTOS, open_rgb
 from attnkit.data.multi30k import IMAGE_SPLITS_DIR, SPLITS, photo_id, read_split_with_photos
 from attnkit.data.sources import default_data_root
 from attnkit.data.text import read_parallel, write_parallel_dataset
@@ -63,7 +78,6 @@ from attnkit.report import write_comparison
 from attnkit.train import TrainingProgress
 from attnkit.translation import Translator
 from attnkit.viz import plot_distributions
-from attnkit.vocab import Vocabulary
 from machine import busy_cores, print_result, project_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,16 +85,6 @@ sys.path.insert(0, str(ROOT))
 from data_scripts import prepare_flickr8k, prepare_multi30k  # noqa: E402  (the project root is not on sys.path for bench/ scripts)
 
 FLICKR8K_TEST_LIST = Path("flickr8k") / "Flickr_8k.testImages.txt"
-# Closed-class English words: articles, prepositions, conjunctions, pronouns, auxiliaries. Everything
-# else with a letter or digit is a content word; tokens without one are punctuation.
-FUNCTION_WORDS = frozenset(
-    "a an the this that these those some any each every another other "
-    "of in on at to from by with without for into onto over under above below near behind between through across "
-    "along around down up out off while as like than and or but nor so if because "
-    "i you he she it we they me him her us them his its our their my your there here "
-    "is are was were be been being am has have had do does did can could will would should may might must "
-    "not no 's".split()
-)
 QUICK = {"train": 24, "valid": 6, "pairs": 300, "photos": 6}
 QUICK_MODEL = [  # a tiny model: the steps run end to end in seconds
     "text_encoder.embedding_size=16", "text_encoder.hidden_size=16", "image_encoder.memory_size=32",
@@ -121,19 +125,9 @@ def study_photo(data_root: Path, photos: list[StudyPhoto], name: str) -> StudyPh
     raise UserError(f"--photo {name} has no Multi30k sentences (or is missing from {data_root / 'flickr8k' / 'images'}): it is not a study photo")
 
 
-def word_group(word: str, vocab: Vocabulary) -> str | None:
-    """content / function / punctuation; None for a word outside the model's vocabulary (its attention is not the word's)."""
-    if word not in vocab:
-        return None
-    if not any(character.isalnum() for character in word):
-        return "punctuation"
-    return "function" if word in FUNCTION_WORDS else "content"
-
-
 def study(comparer: AttentionComparer, photos: list[StudyPhoto], images: Path, batch_size: int = 16) -> tuple[dict, dict[str, dict[str, list[Erasure]]]]:
     """Force every photo's English sentence through both sides: the statistics by word group, and the erasure of
     every studied word (modality -> group -> parts)."""
-    vocabularies = (comparer.captioner.pipeline.vocab, comparer.translator.pipeline.target_vocab)
     comparisons, groups, skipped = [], [], []
     for start in range(0, len(photos), batch_size):
         chunk = photos[start : start + batch_size]
@@ -150,8 +144,7 @@ def study(comparer: AttentionComparer, photos: list[StudyPhoto], images: Path, b
         for comparison in found:
             if comparison is not None:
                 comparisons.append(comparison)
-                # a word counts when both models know it: the same words in both modalities
-                groups.append([word_group(w, vocabularies[0]) if w in vocabularies[1] else None for w in comparison.target_words[:-1]])
+                groups.append(comparison_word_groups(comparer, comparison))
     if not comparisons:
         raise UserError("no study sentence could be forced through both models")
     erased = erasure_groups()
@@ -183,6 +176,13 @@ def describe_study(name: str, result: dict) -> list[str]:
                 f"    erasure, {group} ({erased['steps']}): log p lost {erased['peak_drop']} (peak) vs {erased['random_drop']} (random) "
                 f"vs {erased['lowest_drop']} (lowest); word changes {100 * erased['peak_flip']:.1f}% / {100 * erased['random_flip']:.1f}%"
             )
+    mosaic = result.get("mosaic")
+    if mosaic:
+        lines.append(f"  localisation on {mosaic['mosaics']} mosaics (seed {mosaic['seed']}): attention mass on the own input / pointing game")
+        for modality in ("image", "text"):
+            found = mosaic[modality]
+            groups = ", ".join(f"{group} {100 * g['mass']:.1f}% / {100 * g['pointing']:.1f}%" for group, g in found["by_group"].items())
+            lines.append(f"    {modality} (chance {100 * found['chance']:.1f}%): {groups}")
     return lines
 
 
@@ -233,7 +233,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--captioner", default="", help="a single-task captioning checkpoint to score and study too (with --translator)")
     parser.add_argument("--translator", default="", help="a single-task de->en translation checkpoint to score and study too")
     parser.add_argument("--photo", default="", help="the study photo of the example report (a Flickr8k file name; default the first)")
-    parser.add_argument("--photos", type=non_negative_int, default=0, help="study only the first N photos (default all)")
+    parser.add_argument("--photos", type=non_negative_int, default=0, help=f"study only the first N photos (default all; at least {MOSAIC_PHOTOS}, a mosaic's)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the mosaics: which three other photos join each photo, and their order")
     parser.add_argument("--beam", type=positive_int, default=5, help="beam of the quality scores")
     parser.add_argument("--figure", default="", help="also copy the example's comparison.png here (the README's figure)")
     parser.add_argument("--quick", action="store_true", help=f"a tiny model on {QUICK['train']} photos and {QUICK['pairs']} pairs, {QUICK['photos']} study photos")
@@ -252,8 +253,11 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"{data_root} has no {FLICKR8K_TEST_LIST} (give --data ROOT: the folder holding flickr8k/ and multi30k/)")
     every_photo = study_photos(data_root)
     photos = every_photo[: args.photos or QUICK["photos"]] if args.quick or args.photos else every_photo
-    if not photos:
-        raise UserError(f"no study photo: none of the Flickr8k test photos in {data_root / 'flickr8k' / 'images'} has a Multi30k sentence")
+    if len(photos) < MOSAIC_PHOTOS:
+        raise UserError(
+            f"{len(photos)} study photo(s): the mosaics need at least {MOSAIC_PHOTOS} Flickr8k test photos with Multi30k sentences "
+            f"(--photos, or the photos in {data_root / 'flickr8k' / 'images'})"
+        )
     example = study_photo(data_root, every_photo, args.photo) if args.photo else photos[0]
     out = Path(args.out or ROOT / "runs" / f"bench-real-attention{'-quick' if args.quick else ''}")
     checkpoint = out / "joint" / "best.pt"
@@ -291,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"Multi30k test_2016_flickr BLEU {scores['translation']['bleu']} at beam {args.beam}")  # fmt: skip
             began = time.perf_counter()
             found, erased = study(AttentionComparer(captioner, translator), photos, images)
+            inputs = [StudyInput(images / photo.image, photo.german, photo.english) for photo in photos]
+            found["mosaic"] = mosaic_study(AttentionComparer(captioner, translator), inputs, seed=args.seed, heads=True)
             found["study_seconds"] = round(time.perf_counter() - began, 1)
             print("\n".join(describe_study(name, found)))
             results[name] = {"quality": scores, "study": found, "parameters": count_parameters(captioner.model)}

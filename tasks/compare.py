@@ -11,6 +11,18 @@ writes ``comparison.png`` (per target word: its image map above its source-word
 bars), ``report.html`` (self-contained; hover or click a word) and
 ``statistics.json`` (entropy, peak, effective positions per word and modality).
 
+Localisation without annotations: four photos in a 2 x 2 mosaic (row-major) and their four source
+sentences joined as one source, in the same order; the target describes input ``--own`` (default
+the caption decoded from that photo alone):
+
+    python tasks/compare.py --checkpoint runs/bench-real-attention/joint/best.pt --own 2 \\
+        --image a.jpg --image b.jpg --image c.jpg --image d.jpg \\
+        --source "ein hund ..." --source "zwei kinder ..." --source "eine frau ..." --source "ein mann ..." --out runs/compare-mosaic
+
+writes the same three files for the mosaic and the joined source; ``statistics.json`` adds
+``localisation``: each target word's attention mass on its own photo's quadrant and on its own
+sentence (chance is about a quarter), and whether its peak lies there (the pointing game).
+
 Generated held-out scenes with ground truth (a model trained on scenes: French -> English):
 
     python tasks/compare.py --checkpoint runs/scenes_multitask/best.pt --scenes 500 --seed 0 --out runs/compare-scenes
@@ -31,9 +43,9 @@ from pathlib import Path
 from attnkit.cli import check_output_folder, int_in_range, non_negative_int, positive_int
 from attnkit.analysis import EXTRACTIONS
 from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer
-from attnkit.data.images import open_rgb
+from attnkit.data.images import MOSAIC_PHOTOS, open_rgb
 from attnkit.errors import UserError, run_cli
-from attnkit.report import compare_scenes, write_comparison
+from attnkit.report import compare_scenes, write_comparison, write_mosaic_comparison
 
 COMPARISON_FILES = ("comparison.png", "report.html", "statistics.json")  # what write_comparison writes in its folder
 SCENE_FILES = ("metrics.json", "distributions.png", "erasure.png", "heads.png")  # what compare_scenes writes, beside example/ (a comparison); heads.png for a multi-head decoder
@@ -45,9 +57,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", help="a joint (multitask) checkpoint: it captions and translates")
     parser.add_argument("--caption-checkpoint", help="instead of --checkpoint: a captioning checkpoint ...")
     parser.add_argument("--translation-checkpoint", help="... and a translation checkpoint into the same language")
-    parser.add_argument("--image", help="the image")
-    parser.add_argument("--source", help="a source-language sentence about the image")
+    parser.add_argument("--image", action="append", default=[], help=f"the image; given {MOSAIC_PHOTOS} times, the photos of a 2 x 2 mosaic (row-major)")
+    parser.add_argument("--source", action="append", default=[], help="a source-language sentence about the image (one per --image)")
     parser.add_argument("--target", help="the target sentence forced through both (default: the caption decoded from the image)")
+    parser.add_argument("--own", type=int_in_range(0, MOSAIC_PHOTOS - 1), default=0, help="a mosaic: which input (0-3) the target describes")
     parser.add_argument("--scenes", type=non_negative_int, default=0, metavar="N", help="instead of --image/--source: evaluate on N generated held-out scenes per split")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated scenes")
     parser.add_argument("--scene-size", type=int_in_range(*SCENE_SIZES), default=128, help="side of the generated scene images in pixels")
@@ -78,13 +91,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         if not args.image or not args.source:
             raise UserError("give --image and --source (or --scenes N)")
+        if len(args.image) != len(args.source) or len(args.image) not in (1, MOSAIC_PHOTOS):
+            raise UserError(f"give one --image and one --source, or {MOSAIC_PHOTOS} of each for a mosaic; got {len(args.image)} and {len(args.source)}")
         check_output_folder(out, "--out", files=COMPARISON_FILES)
-        image = open_rgb(args.image)
+        images = [open_rgb(image) for image in args.image]  # an unreadable photo is named before the models load
     comparer = AttentionComparer.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device)
     if args.scenes:
         outputs = compare_scenes(comparer, out, args.scenes, args.seed, args.scene_size, args.beam, extraction=args.extraction)
+    elif len(images) == 1:
+        outputs = write_comparison(comparer, images[0], args.source[0], args.target, out)
     else:
-        outputs = write_comparison(comparer, image, args.source, args.target, out)
+        outputs = write_mosaic_comparison(comparer, images, args.source, args.target, args.own, out)
     for path, what in outputs:
         print(f"{path}: {what}")
     return 0

@@ -233,3 +233,95 @@ def test_the_declared_attention_is_the_best_on_validation_by_pointing_plus_100_t
     assert choose_declared_attention(heads) == (0, 1)
     with pytest.raises(ValueError, match="different heads"):
         choose_declared_attention({**heads, "text_aer": [[0.1]]})
+
+
+@pytest.fixture(scope="module")
+def joint_comparer(scenes, tmp_path_factory):
+    """A tiny joint model on scenes, with a 2 x 2 grid: each quadrant of a mosaic is exactly one cell."""
+    from attnkit.comparison import AttentionComparer
+
+    run = tmp_path_factory.mktemp("joint")
+    train_multitask(tiny_joint_config(scenes, run, "train.epochs=1"), progress_bar=False, log=lambda *a: None)
+    return AttentionComparer.from_checkpoints(run / "best.pt", device="cpu"), run / "best.pt"
+
+
+def scene_inputs(scenes: Path, count: int):
+    from attnkit.comparison import StudyInput
+
+    truth = [json.loads(line) for line in (scenes / "test.jsonl").read_text().splitlines()][:count]
+    return [StudyInput(scenes / "images" / scene["image"], " ".join(scene["sentences"][0]["french"]), " ".join(scene["sentences"][0]["english"])) for scene in truth]
+
+
+def test_a_mosaic_comparison_keeps_each_inputs_positions_and_scores_its_own(scenes, joint_comparer):
+    import torch
+
+    from attnkit.analysis import localisation
+
+    comparer, _ = joint_comparer
+    inputs = scene_inputs(scenes, 4)
+    sources = [item.source for item in inputs]
+    words, lengths = comparer.join_sources(sources)
+    tokenizer = comparer.translator.pipeline.source_tokenizer
+    assert lengths == [len(tokenizer.tokenize(sentence)) for sentence in sources]
+    assert words == [word for sentence in sources for word in tokenizer.tokenize(sentence)]  # each sentence whole, in order
+
+    found = comparer.compare_mosaic([item.image for item in inputs], sources, inputs[2].target, own=2, heads=True)
+    comparison = found.comparison
+    assert found.image.size == (64, 64) and comparison.grid == (2, 2) and comparison.source_words == words
+    assert comparison.text_attention.shape[1] == sum(lengths)  # every joined position is real (none masked)
+    assert torch.allclose(comparison.text_attention.sum(-1), torch.ones(len(comparison.target_words)), atol=1e-5)
+    image_region, text_region = found.regions()
+    assert image_region.tolist() == [0.0, 0.0, 1.0, 0.0]  # quadrant 2 (bottom left) is cell 2 of the 2 x 2 grid
+    start = sum(lengths[:2])
+    assert text_region.nonzero().flatten().tolist() == list(range(start, start + lengths[2]))
+    by_word = found.localisation()
+    image_rows, text_rows = comparison.word_attention("emitting")
+    assert torch.allclose(by_word["image"][0], image_rows[:, 2]) and torch.allclose(by_word["text"][0], text_rows[:, start : start + lengths[2]].sum(-1))
+    assert torch.equal(by_word["image"][1], image_rows.argmax(-1) == 2)
+    heads = found.head_localisation()  # the RNN's one attention is its one "head"
+    assert heads["image"][0].shape == (len(comparison.target_words) - 1, 1, 1)
+    assert torch.allclose(heads["image"][0][:, 0, 0], localisation(image_rows, image_region)[0])
+
+
+def test_the_mosaic_study_is_seeded_records_its_arrangements_and_refuses_too_few_inputs(scenes, joint_comparer):
+    from attnkit.comparison import mosaic_arrangements, mosaic_study
+
+    comparer, _ = joint_comparer
+    arrangements = mosaic_arrangements(6, seed=3)
+    assert arrangements == mosaic_arrangements(6, seed=3) and arrangements != mosaic_arrangements(6, seed=4)
+    assert all(i in order and len(set(order)) == 4 for i, order in enumerate(arrangements))
+    assert len({order.index(i) for i, order in enumerate(arrangements)}) > 1  # the own photo's quadrant varies
+    result = mosaic_study(comparer, scene_inputs(scenes, 6), seed=3, heads=True)
+    assert result["mosaics"] == 6 and result["arrangements"] == arrangements and not result["skipped"]
+    for modality in ("image", "text"):
+        found = result[modality]
+        assert 0.0 <= found["mass"] <= 1.0 and 0.0 <= found["pointing"] <= 1.0
+        assert set(found["by_group"]) <= {"content", "function", "punctuation"} and found["chance"] == pytest.approx(0.25, abs=0.1)
+        assert [len(row) for row in found["content_by_head"]["mass"]] == [1]
+    with pytest.raises(UserError, match="at least 4 inputs"):
+        mosaic_study(comparer, scene_inputs(scenes, 3))
+
+
+def test_compare_writes_a_mosaic_comparison_and_refuses_bad_mosaics(scenes, joint_comparer, tmp_path, monkeypatch):
+    from tasks import compare
+
+    comparer, checkpoint = joint_comparer
+    inputs = scene_inputs(scenes, 4)
+    argv = ["--checkpoint", str(checkpoint), "--own", "1", *(f"--image={item.image}" for item in inputs), *(f"--source={item.source}" for item in inputs)]
+    out = tmp_path / "mosaic"
+    assert compare.main([*argv, "--target", inputs[1].target, "--out", str(out)]) == 0
+    statistics = json.loads((out / "statistics.json").read_text())
+    localised = statistics["localisation"]
+    assert localised["own"] == 1 and sum(localised["source_lengths"]) == len(statistics["source_words"])
+    assert [word["word"] for word in localised["per_word"]] == statistics["target"].split()
+    assert (out / "comparison.png").stat().st_size > 0 and "<script" in (out / "report.html").read_text()
+
+    with pytest.raises(UserError, match="one --image and one --source, or 4 of each"):
+        compare.main([*argv[:-1], "--out", str(tmp_path / "three")])
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"not an image")
+    with pytest.raises(UserError, match="broken.jpg"):
+        compare.main([*argv[:4], f"--image={broken}", *argv[5:], "--out", str(tmp_path / "unreadable")])  # the first photo unreadable
+    monkeypatch.setattr(comparer.translator.model.encoder_for("text"), "max_length", 5)  # as learned positions would limit it
+    with pytest.raises(UserError, match=r"longer than the 5 its text encoder reads"):
+        comparer.compare_mosaic([item.image for item in inputs], [item.source for item in inputs], None, own=0)

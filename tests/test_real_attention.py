@@ -32,15 +32,13 @@ def test_the_study_photos_are_flickr8k_test_photos_with_multi30k_sentences(real_
     assert first.german and first.english and (shared_data_root() / "flickr8k" / "images" / first.image).is_file()
 
 
-def test_word_groups(monkeypatch):
+def test_word_groups():
+    from attnkit.comparison import word_group
     from attnkit.vocab import Vocabulary
 
-    monkeypatch.syspath_prepend(str(BENCH))
-    import real_attention
-
-    vocab = Vocabulary.build([["a", "dog", "runs", ".", "the"]])
-    groups = [real_attention.word_group(w, vocab) for w in ["a", "dog", ".", "the", "zebra"]]
-    assert groups == ["function", "content", "punctuation", "function", None]
+    vocab, other = Vocabulary.build([["a", "dog", "runs", ".", "the"]]), Vocabulary.build([["a", "runs", ".", "the"]])
+    assert [word_group(w, vocab) for w in ["a", "dog", ".", "the", "zebra"]] == ["function", "content", "punctuation", "function", None]
+    assert word_group("dog", vocab, other) is None  # a word counts only where every model knows it
 
 
 @pytest.mark.slow
@@ -59,6 +57,10 @@ def test_the_joint_recipe_trains_on_a_slice_and_the_study_runs_end_to_end(real_a
         erasure = study["erasure"][modality]
         assert erasure["steps"] == sum(group["steps"] for group in erasure["by_group"].values())
         assert {"peak_drop", "random_drop", "lowest_drop", "peak_flip", "flip_share"} <= set(erasure)
+        localised = study["mosaic"][modality]
+        assert 0.0 <= localised["mass"] <= 1.0 and set(localised["by_group"]) <= {"content", "function", "punctuation"}
+        assert "content_by_head" in localised
+    assert study["mosaic"]["mosaics"] == 6 and len(study["mosaic"]["arrangements"]) == 6 and study["mosaic"]["seed"] == 0
     assert json.loads((out / "study.json").read_text())["joint"]["study"]["sentences"] == 6
     assert (out / "erasure.png").stat().st_size > 0 and "<script" in (out / "example" / "report.html").read_text()
     assert figure.read_bytes() == (out / "example" / "comparison.png").read_bytes()
@@ -71,6 +73,7 @@ def test_the_joint_recipe_trains_on_a_slice_and_the_study_runs_end_to_end(real_a
         (["--photo", "1000268201_693b08cb0e.jpg"], "is not a Flickr8k test photo"),
         (["--captioner", "x.pt"], "both --captioner and --translator"),
         (["--evaluate-only"], "no joint model"),
+        (["--photos", "3"], "the mosaics need at least 4"),
     ],
 )
 def test_bad_input_is_one_clear_message(real_attention, tmp_path, capsys, argv, message):

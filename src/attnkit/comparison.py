@@ -14,12 +14,14 @@ for images, the alignment error rate for text, plus caption and translation qual
 from __future__ import annotations
 
 import itertools
+import random
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from PIL import Image
 from torch import Tensor
 
 from attnkit.analysis import (
@@ -32,6 +34,9 @@ from attnkit.analysis import (
     forced_attention,
     forced_attention_by_head,
     image_grounding,
+    localisation,
+    quadrant_weights,
+    span_weights,
     summarise,
     text_grounding,
     erasure,
@@ -41,13 +46,14 @@ from attnkit.analysis import (
 from attnkit.captioning import Captioner, ImageInput
 from attnkit.checkpoint import load_checkpoint
 from attnkit.data.batching import pad_sequences
+from attnkit.data.images import MOSAIC_PHOTOS, mosaic, open_mosaic
 from attnkit.data.scenes import Scene, word_kind
 from attnkit.errors import UserError
 from attnkit.interfaces import EncoderOutput
 from attnkit.metrics import caption_scores, translation_scores
 from attnkit.model import model_from_checkpoint
 from attnkit.translation import Translator
-from attnkit.vocab import EOS
+from attnkit.vocab import EOS, Vocabulary
 
 
 @dataclass(frozen=True)
@@ -176,16 +182,26 @@ class AttentionComparer:
         if len(images) != len(sources) or (targets is not None and len(targets) != len(images)):
             raise UserError("give as many images as source sentences (and target sentences)")
         if targets is None:
-            captions = [best[0] for best in self.captioner.caption(images, beam_size=None)]
-            for caption in captions:
-                if caption.error:
-                    raise UserError(caption.error)
-            targets = [caption.text for caption in captions]
-            if not all(targets):
-                raise UserError("the caption decoded from the image is empty: give the target sentence yourself (--target)")
+            targets = self.decoded_targets(images)
         words, caption_ids, text_ids = self._target_ids(targets)
-        image_encoded = self.captioner.encode(images)
         text_encoded, source_words = self.translator.encode(list(sources))
+        return self._compare_encoded(words, caption_ids, text_ids, self.captioner.encode(images), text_encoded, source_words, erase, heads)
+
+    def decoded_targets(self, images: Sequence[ImageInput]) -> list[str]:
+        """The caption the captioner decodes from each image (its recipe's search): the default target to force."""
+        captions = [best[0] for best in self.captioner.caption(images, beam_size=None)]
+        for caption in captions:
+            if caption.error:
+                raise UserError(caption.error)
+        if not all(caption.text for caption in captions):
+            raise UserError("the caption decoded from the image is empty: give the target sentence yourself (--target)")
+        return [caption.text for caption in captions]
+
+    def _compare_encoded(
+        self, words: list[list[str]], caption_ids: Tensor, text_ids: Tensor, image_encoded: EncoderOutput, text_encoded: EncoderOutput,
+        source_words: list[list[str]], erase: bool, heads: bool,
+    ) -> list[Comparison]:  # fmt: skip
+        """Force the target ids (B, T) through both encoders' outputs (see ``compare``)."""
         image_decoder, text_decoder = self.captioner.model.decoder, self.translator.model.decoder
         image_steps, image_every = _forced(image_decoder, image_encoded, caption_ids.to(self.captioner.device), heads)
         text_steps, text_every = _forced(text_decoder, text_encoded, text_ids.to(self.translator.device), heads)
@@ -208,6 +224,49 @@ class AttentionComparer:
             )  # fmt: skip
         return comparisons
 
+    def join_sources(self, sentences: Sequence[str]) -> tuple[list[str], list[int]]:
+        """Source sentences end to end as one source: its tokens and each sentence's token count.
+
+        Each sentence is tokenised on its own (joining the strings could tokenise across the seam), so sentence
+        k owns exactly positions sum(lengths[:k]) .. + lengths[k]. The joined source may be longer than the
+        translator's data.max_source_length (a training filter, and where ``translate`` cuts its input), but
+        not longer than the text encoder can read (learned positions): that is refused, not truncated, since
+        a cut would take the last sentences' positions away."""
+        pieces = [self.translator.pipeline.source_tokenizer.tokenize(sentence) for sentence in sentences]
+        for number, words in enumerate(pieces, start=1):
+            if not words:
+                raise UserError(f"source sentence {number} of the joined source is empty")
+        lengths = [len(words) for words in pieces]
+        readable = self.translator.model.encoder_for("text").max_length
+        if readable is not None and sum(lengths) > readable:
+            raise UserError(
+                f"the {len(sentences)} joined source sentences are {sum(lengths)} tokens ({' + '.join(map(str, lengths))}), longer than the "
+                f"{readable} its text encoder reads (text_encoder.max_positions): give shorter sentences"
+            )
+        return [word for words in pieces for word in words], lengths
+
+    def compare_mosaic(self, images: Sequence[ImageInput], sources: Sequence[str], target: str | None, own: int, heads: bool = False) -> "MosaicComparison":
+        """Force ``target`` (a sentence about input ``own``; default: the caption decoded from its photo alone) over the
+        2 x 2 mosaic of ``images`` and over ``sources`` joined.
+
+        Input k is photo k in quadrant k (row-major) and sentence k in the joined source, so the localisation
+        asks of both modalities the same thing: how much of each word's attention lies on its own input's part
+        of the memory. ``images`` are files (read here; an unreadable one is an ImageError naming it) or PIL images."""
+        if len(images) != MOSAIC_PHOTOS or len(sources) != MOSAIC_PHOTOS:
+            raise UserError(f"a mosaic comparison needs {MOSAIC_PHOTOS} photos and their {MOSAIC_PHOTOS} source sentences, got {len(images)} and {len(sources)}")
+        if not 0 <= own < MOSAIC_PHOTOS:
+            raise UserError(f"the described input must be one of 0-{MOSAIC_PHOTOS - 1} (row-major quadrants), got {own}")
+        size = self.captioner.model.encoder_for("image").config.image_size
+        if all(isinstance(image, Image.Image) for image in images):
+            sheet = mosaic(list(images), size)
+        else:
+            sheet = open_mosaic(list(images), size)
+        source_words, lengths = self.join_sources(sources)
+        words, caption_ids, text_ids = self._target_ids([target if target is not None else self.decoded_targets([images[own]])[0]])
+        image_encoded, text_encoded = self.captioner.encode([sheet]), self.translator.encode_words([source_words])
+        comparison = self._compare_encoded(words, caption_ids, text_ids, image_encoded, text_encoded, [source_words], erase=False, heads=heads)[0]
+        return MosaicComparison(comparison, sheet, own, tuple(lengths))
+
 
 def _forced(decoder, encoded: EncoderOutput, ids: Tensor, heads: bool) -> tuple[list[Tensor], list[Tensor | None]]:
     """Every example's forced attention, and with ``heads`` every head's too, from one pass (read_eos: see ``compare``)."""
@@ -223,6 +282,34 @@ def _one(encoded: EncoderOutput, i: int) -> EncoderOutput:
 
 # -- statistics of many comparisons, by groups of words ---------------------------------------------------------
 MODALITIES = ("image", "text")
+
+# Closed-class English words: articles, prepositions, conjunctions, pronouns, auxiliaries. Everything else with
+# a letter or digit is a content word; tokens without one are punctuation. (English: the target language of
+# every recipe that captions.)
+FUNCTION_WORDS = frozenset(
+    "a an the this that these those some any each every another other "
+    "of in on at to from by with without for into onto over under above below near behind between through across "
+    "along around down up out off while as like than and or but nor so if because "
+    "i you he she it we they me him her us them his its our their my your there here "
+    "is are was were be been being am has have had do does did can could will would should may might must "
+    "not no 's".split()
+)
+WORD_GROUPS = ("content", "function", "punctuation")
+
+
+def word_group(word: str, *vocabularies: Vocabulary) -> str | None:
+    """content / function / punctuation; None for a word outside any of ``vocabularies`` (its attention is not the word's)."""
+    if any(word not in vocab for vocab in vocabularies):
+        return None
+    if not any(character.isalnum() for character in word):
+        return "punctuation"
+    return "function" if word in FUNCTION_WORDS else "content"
+
+
+def comparison_word_groups(comparer: "AttentionComparer", comparison: Comparison) -> list[str | None]:
+    """The group of each target word (not <eos>); a word counts when both models know it: the same words in both modalities."""
+    vocabularies = (comparer.captioner.pipeline.vocab, comparer.translator.pipeline.target_vocab)
+    return [word_group(word, *vocabularies) for word in comparison.target_words[:-1]]
 
 
 def erasure_groups() -> dict[str, dict[str, list[Erasure]]]:
@@ -283,6 +370,121 @@ def attention_by_group(comparisons: Sequence[Comparison], groups: Sequence[Seque
             "by_group": {group: means(by_name) for group, by_name in sorted(values[modality].items())},
         }
     return result
+
+
+# -- mosaics: localisation without annotations ----------------------------------------------------------------
+@dataclass(frozen=True)
+class MosaicComparison:
+    """One target sentence forced over four inputs side by side: a 2 x 2 mosaic and four joined source sentences."""
+
+    comparison: Comparison  # its image attention is over the mosaic's grid, its text attention over the joined source
+    image: Image.Image  # the mosaic itself (for plots)
+    own: int  # the input the target describes: its quadrant (row-major) and its sentence's place in the joined source
+    source_lengths: tuple[int, ...]  # tokens of each joined sentence, in order
+
+    def regions(self) -> tuple[Tensor, Tensor]:
+        """The own input's share of every grid cell (L,) and of every source position (S,)."""
+        return quadrant_weights(self.comparison.grid, self.own), span_weights(self.source_lengths, self.own)
+
+    def localisation(self, extraction: str = EMITTING) -> dict[str, tuple[Tensor, Tensor]]:
+        """Per modality, each target word's attention mass on its own input and whether its peak lies there: (W,), (W,) bool."""
+        return {modality: localisation(rows, region) for modality, rows, region in zip(MODALITIES, self.comparison.word_attention(extraction), self.regions())}
+
+    def head_localisation(self, extraction: str = EMITTING) -> dict[str, tuple[Tensor, Tensor]]:
+        """The same for every layer's head: (W, N, h) masses and hits per modality (needs ``compare_mosaic(heads=True)``)."""
+        found = {}
+        for modality, heads, region in zip(MODALITIES, self.comparison.head_attention(extraction), self.regions()):  # (W, N, h, L)
+            mass, hits = localisation(heads.flatten(0, 2), region)  # (W * N * h,)
+            found[modality] = (mass.view(heads.shape[:3]), hits.view(heads.shape[:3]))
+        return found
+
+
+@dataclass(frozen=True)
+class StudyInput:
+    """One input of the mosaic study: a photo, a source sentence about it and a target sentence about it."""
+
+    image: str | Path
+    source: str
+    target: str
+
+
+def mosaic_arrangements(inputs: int, seed: int) -> list[list[int]]:
+    """For each input i, the four inputs of its mosaic in quadrant order: i and three others drawn at random, the
+    order shuffled, all from ``seed`` (so a study can be repeated and its arrangements are recorded)."""
+    if inputs < MOSAIC_PHOTOS:
+        raise UserError(f"a mosaic study needs at least {MOSAIC_PHOTOS} inputs (photos with their sentences), got {inputs}")
+    generator = random.Random(seed)
+    arrangements = []
+    for i in range(inputs):
+        order = [i, *generator.sample([j for j in range(inputs) if j != i], MOSAIC_PHOTOS - 1)]
+        generator.shuffle(order)
+        arrangements.append(order)
+    return arrangements
+
+
+def mosaic_study(comparer: "AttentionComparer", inputs: Sequence[StudyInput], seed: int = 0, heads: bool = False) -> dict:
+    """Each input's target forced over a mosaic of its photo and three others, and over their source sentences joined.
+
+    Per modality and word group: the mean share of a word's attention on its own input's positions (``mass``;
+    chance is the region's share, about a quarter) and the pointing game (``pointing``: the peak lies mostly on
+    it); with ``heads``, the same per layer and head. ``arrangements`` records every mosaic's inputs in
+    quadrant order. An input whose sentences the models cannot read is skipped and said why."""
+    arrangements = mosaic_arrangements(len(inputs), seed)
+    masses = {modality: defaultdict(list) for modality in MODALITIES}  # modality -> group -> per-word Tensors
+    hits = {modality: defaultdict(list) for modality in MODALITIES}
+    head_masses = {modality: [] for modality in MODALITIES}  # per word group "content": (W, N, h)
+    head_hits = {modality: [] for modality in MODALITIES}
+    chance = {modality: [] for modality in MODALITIES}
+    skipped = []
+    for i, order in enumerate(arrangements):
+        try:
+            found = comparer.compare_mosaic(
+                [inputs[j].image for j in order], [inputs[j].source for j in order], inputs[i].target, own=order.index(i), heads=heads
+            )
+        except UserError as error:  # ImageError too: an unreadable photo is named and the study goes on
+            skipped.append({"input": i, "arrangement": order, "why": str(error)})
+            continue
+        groups = comparison_word_groups(comparer, found.comparison)
+        by_word = found.localisation()
+        for modality, region in zip(MODALITIES, found.regions()):
+            chance[modality].append(float(region.mean()))
+            mass, hit = by_word[modality]
+            for group in set(groups) - {None}:
+                chosen = torch.tensor([g == group for g in groups])
+                masses[modality][group].append(mass[chosen])
+                hits[modality][group].append(hit[chosen].float())
+        if heads:
+            content = torch.tensor([g == "content" for g in groups])
+            for modality, (mass, hit) in found.head_localisation().items():
+                head_masses[modality].append(mass[content])
+                head_hits[modality].append(hit[content].float())
+    if len(skipped) == len(inputs):
+        raise UserError(f"no mosaic could be compared: {skipped[0]['why']}")
+
+    def mean(parts: list[Tensor]) -> float:
+        joined = torch.cat(parts) if parts else torch.empty(0)
+        return round(float(joined.mean()), 4) if joined.numel() else float("nan")
+
+    result = {"mosaics": len(inputs) - len(skipped), "seed": seed, "skipped": skipped, "arrangements": arrangements}
+    for modality in MODALITIES:
+        groups = sorted(masses[modality])
+        result[modality] = {
+            "chance": round(sum(chance[modality]) / len(chance[modality]), 4),
+            "mass": mean([part for group in groups for part in masses[modality][group]]),
+            "pointing": mean([part for group in groups for part in hits[modality][group]]),
+            "by_group": {
+                group: {"words": int(sum(len(part) for part in masses[modality][group])), "mass": mean(masses[modality][group]), "pointing": mean(hits[modality][group])}
+                for group in groups
+            },
+        }
+        if heads and head_masses[modality]:
+            head_mass, head_hit = torch.cat(head_masses[modality]), torch.cat(head_hits[modality])  # (content words, N, h)
+            result[modality]["content_by_head"] = {"mass": _rounded_table(head_mass.mean(0)), "pointing": _rounded_table(head_hit.mean(0))}
+    return result
+
+
+def _rounded_table(values: Tensor) -> list[list[float]]:
+    return [[round(float(v), 4) for v in row] for row in values]
 
 
 # -- generated scenes: quality and grounding against the ground truth -------------------------------------------

@@ -24,7 +24,15 @@ from pathlib import Path
 from torch import Tensor
 
 from attnkit.analysis import READING
-from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer, Comparison, describe_scene_result, evaluate_scenes, several_heads
+from attnkit.comparison import (
+    DEFAULT_EXTRACTION,
+    AttentionComparer,
+    Comparison,
+    comparison_word_groups,
+    describe_scene_result,
+    evaluate_scenes,
+    several_heads,
+)
 from attnkit.data.scenes import generate_scenes
 from attnkit.errors import UserError
 from attnkit.files import write_text_atomic
@@ -244,15 +252,45 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
 def write_comparison(comparer: AttentionComparer, image, source: str, target: str | None, out: Path, title: str = "", log=print) -> list[tuple[Path, str]]:
     """The PNG, HTML report and statistics JSON of one image + sentence."""
     comparison = comparer.compare([image], [source], None if target is None else [target], heads=True)[0]  # the report's head switch
+    return _write_comparison_files(image, comparison, {"target_given": target is not None}, out, title, log, {})
+
+
+def write_mosaic_comparison(
+    comparer: AttentionComparer, images: list, sources: list[str], target: str | None, own: int, out: Path, title: str = "", log=print
+) -> list[tuple[Path, str]]:
+    """The same files for a target forced over a 2 x 2 mosaic and four joined source sentences (input ``own`` is the one
+    the target describes; default target: the caption decoded from its photo alone); ``statistics.json`` adds each
+    word's localisation: its attention mass on its own input and whether its peak lies there."""
+    found = comparer.compare_mosaic(images, sources, target, own, heads=True)
+    groups = comparison_word_groups(comparer, found.comparison)
+    by_word = found.localisation()
+    words = found.comparison.target_words[:-1]
+    image_region, text_region = found.regions()
+    localised = {
+        "own": own,
+        "source_lengths": list(found.source_lengths),
+        "chance": {"image": round(float(image_region.mean()), 4), "text": round(float(text_region.mean()), 4)},
+        "per_word": [
+            {"word": word, "group": groups[t], **{modality: {"mass": round(float(mass[t]), 4), "peak_inside": bool(hits[t])} for modality, (mass, hits) in by_word.items()}}
+            for t, word in enumerate(words)
+        ],
+        "mean": {modality: {"mass": round(float(mass.mean()), 4), "pointing": round(float(hits.float().mean()), 4)} for modality, (mass, hits) in by_word.items()},
+    }
+    log("localisation (attention on the own input; pointing game): " + ", ".join(f"{m} {100 * v['mass']:.1f}% / {100 * v['pointing']:.1f}%" for m, v in localised["mean"].items()))
+    plot = {"source_lengths": found.source_lengths, "own": own}  # the figure draws the sentence borders and the quadrants
+    return _write_comparison_files(found.image, found.comparison, {"target_given": target is not None, "localisation": localised}, out, title, log, plot)
+
+
+def _write_comparison_files(image, comparison: Comparison, extra: dict, out: Path, title: str, log, plot: dict) -> list[tuple[Path, str]]:
     statistics = comparison.statistics()
     sentence = " ".join(comparison.target_words[:-1])
     out.mkdir(parents=True, exist_ok=True)
-    png = plot_cross_modal(image, comparison, out / "comparison.png", title=title or sentence)
+    png = plot_cross_modal(image, comparison, out / "comparison.png", title=title or sentence, **plot)
     html = write_report(out / "report.html", image, comparison, statistics)
-    record = {"target": sentence, "target_given": target is not None, "source_words": comparison.source_words, "grid": list(comparison.grid), **statistics}
+    record = {"target": sentence, **extra, "source_words": comparison.source_words, "grid": list(comparison.grid), **statistics}
     stats = write_text_atomic(out / "statistics.json", json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     log(f"target: {sentence}\nimage attention: {statistics['image']}\ntext attention:  {statistics['text']}")
-    return [(png, "each target word's attention over the image (top) and over the source words (bottom)"), (html, "interactive report"), (stats, "statistics")]
+    return [(png, "each target word's attention over the image (panels) and over the source words (matrix)"), (html, "interactive report"), (stats, "statistics")]
 
 
 def compare_scenes(

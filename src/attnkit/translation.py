@@ -153,9 +153,11 @@ class Translator:
     def encode(self, sentences: list[str]) -> tuple[EncoderOutput, list[list[str]]]:
         """The text encoder's output for ``sentences`` and the source words it read (raises UserError for a bad sentence)."""
         words = [self._prepare(sentence)[0] for sentence in sentences]
-        return self._encode_words(words), words
+        return self.encode_words(words), words
 
-    def _encode_words(self, words: list[list[str]]) -> EncoderOutput:
+    @torch.no_grad()
+    def encode_words(self, words: list[list[str]]) -> EncoderOutput:
+        """The text encoder's output for sentences already split into the source tokenizer's tokens."""
         source = pad_sequences([self.pipeline.source_vocab.encode(w) for w in words]).to(self.device)
         return self.model.encode(source)
 
@@ -181,7 +183,7 @@ class Translator:
         order = sorted(prepared, key=lambda i: len(prepared[i][0]))  # similar lengths together: less padding
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            encoded = self._encode_words([prepared[i][0] for i in chunk])
+            encoded = self.encode_words([prepared[i][0] for i in chunk])
             vocab = self.pipeline.target_vocab
             found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam, n_best)
             for i, hypotheses in zip(chunk, found):

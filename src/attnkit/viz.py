@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
+import matplotlib.patches
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import Tensor
@@ -107,33 +108,49 @@ def overlays(image, attention: Tensor, grid: tuple[int, int], alpha: float = 0.5
     return blended
 
 
-def plot_cross_modal(image, comparison, path: str | Path, title: str = "", columns: int = 6) -> Path:
-    """Per target word: its attention over the image (above) and over the source words (below).
+def plot_cross_modal(
+    image, comparison, path: str | Path, title: str = "", columns: int = 6, source_lengths: Sequence[int] | None = None, own: int | None = None
+) -> Path:
+    """Per target word its attention over the image (the panels, in reading order), and below them every word's
+    attention over the source words as one matrix (a row per target word, a column per source word).
 
-    ``comparison`` is an :class:`attnkit.comparison.Comparison`; the image panels
-    share the grid from the image encoder's layout, the bars the source words.
-    """
+    ``comparison`` is an :class:`attnkit.comparison.Comparison`. For a mosaic comparison, ``source_lengths``
+    (each joined sentence's tokens) draws the sentence borders and ``own`` frames the described input's
+    sentence and splits the image panels into their quadrants."""
     words, sources = comparison.target_words, comparison.source_words
     blocks = (len(words) + columns - 1) // columns
-    figure = _new_figure(figsize=(2.1 * columns, 4.2 * blocks))
-    axes = figure.subplots(2 * blocks, columns, squeeze=False, gridspec_kw={"height_ratios": [2.0, 1.4] * blocks})
-    text_weights = comparison.text_attention.float().numpy()
+    panel = 1.9  # inches per image panel
+    matrix_height = 0.8 + 0.2 * len(words) + 0.075 * max(len(source) for source in sources)  # rows, then the rotated labels
+    figure = _new_figure(figsize=(max(panel * columns, 1.5 + 0.2 * len(sources)), (panel + 0.3) * blocks + matrix_height + 0.4), layout="constrained")
+    grid = figure.add_gridspec(blocks + 1, columns, height_ratios=[panel + 0.3] * blocks + [matrix_height])
     pictures = overlays(image, comparison.image_attention, comparison.grid)
     for t in range(blocks * columns):
-        picture, bars = axes[2 * (t // columns), t % columns], axes[2 * (t // columns) + 1, t % columns]
+        picture = figure.add_subplot(grid[t // columns, t % columns])
         picture.axis("off")
-        if t >= len(words):
-            bars.axis("off")
-            continue
-        picture.imshow(pictures[t])
-        picture.set_title(words[t], fontsize=11)
-        bars.bar(range(len(sources)), text_weights[t], color="tab:blue")
-        bars.set_ylim(0, 1)
-        bars.set_xticks(range(len(sources)), labels=sources, rotation=70, fontsize=7)
-        bars.tick_params(axis="y", labelsize=7)
+        if t < len(words):
+            picture.imshow(pictures[t])
+            picture.set_title(words[t], fontsize=11)
+            if own is not None:  # the mosaic's quadrants
+                width, height = image.size
+                picture.axvline(width / 2, color="white", linewidth=0.8)
+                picture.axhline(height / 2, color="white", linewidth=0.8)
+    matrix = figure.add_subplot(grid[blocks, :])
+    weights = comparison.text_attention.float().cpu().numpy()  # (T, S)
+    matrix.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+    matrix.set_xticks(range(len(sources)), labels=sources, rotation=90, fontsize=8)
+    matrix.set_yticks(range(len(words)), labels=words, fontsize=8)
+    matrix.tick_params(length=0)
+    matrix.set_ylabel("target word", fontsize=9)
+    matrix.set_title("attention over the source words (each row sums to 1)", fontsize=10)
+    if source_lengths is not None:
+        borders = [sum(source_lengths[: k + 1]) - 0.5 for k in range(len(source_lengths) - 1)]
+        for border in borders:
+            matrix.axvline(border, color="grey", linewidth=0.8)
+        if own is not None:
+            start = sum(source_lengths[:own]) - 0.5
+            matrix.add_patch(matplotlib.patches.Rectangle((start, -0.5), source_lengths[own], len(words), fill=False, edgecolor="tab:red", linewidth=1.5))
     if title:
         figure.suptitle(title, fontsize=11)
-    figure.tight_layout()
     return save_figure(figure, path)
 
 

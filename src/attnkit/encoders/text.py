@@ -54,6 +54,7 @@ class TransformerTextEncoder(nn.Module):
         self.config = config
         size = config.hidden_size
         self.output_size = self.init_size = size
+        self.max_length = config.max_positions if config.positions == "learned" else None  # the longest source it can read (None: any)
         self.embedding = ScaledEmbedding(vocab_size, size, pad_index)
         self.learned_positions = nn.Embedding(config.max_positions, size) if config.positions == "learned" else None
         self.dropout = nn.Dropout(config.dropout)
@@ -81,6 +82,7 @@ class TextEncoder(nn.Module):
         directions = 2 if config.bidirectional else 1
         self.output_size = config.embedding_size if config.rnn == NO_RNN else config.hidden_size * directions
         self.init_size = self.output_size
+        self.max_length = None  # reads a source of any length
         self.embedding = nn.Embedding(vocab_size, config.embedding_size, padding_idx=pad_index)
         self.dropout = nn.Dropout(config.dropout)
         if config.rnn == NO_RNN:
