@@ -1,0 +1,227 @@
+"""Which image memory makes a captioner's attention localise and matter: captions, faithfulness and localisation of each candidate, on validation.
+
+Run from the project root::
+
+    python bench/image_memory.py                     # the default candidates (CANDIDATES), trained for --epochs each
+    python bench/image_memory.py --candidate "grid14: image_encoder.image_size=448 image_encoder.grid_size=14"
+    python bench/image_memory.py --checkpoint "recipe: runs/bench-flickr8k/attention/best.pt"   # a captioner trained elsewhere
+    python bench/image_memory.py --evaluate-only     # the candidates an earlier run left in --out, measured again
+    python bench/image_memory.py --quick             # a tiny model on a slice of the data (a smoke check)
+
+Each candidate is ``tasks/configs/flickr8k.yaml`` (Show-Attend-Tell over frozen EfficientNet-Lite0 cells) with
+its overrides, trained for the same ``--epochs`` into ``--out``/NAME. Everything is measured on the Flickr8k
+*validation* photos (the choice is made there, never on the test photos):
+
+1. captions: BLEU-4 and CIDEr-D at beam 5 (all references), and the best greedy validation CIDEr-D of training;
+2. spread: each word's normalised entropy and effective cells (exp entropy) over its photo, its reference forced;
+3. faithfulness: erasure (:func:`attnkit.analysis.erasure`): how often removing the word's peak cell, or a
+   random cell, changes the word the model would emit, and the log-probability it loses;
+4. localisation: each photo in a 2 x 2 mosaic with three other validation photos (seeded, recorded), its
+   reference forced over the mosaic: the share of each word's attention on its own quadrant (chance a
+   quarter) and the pointing game (its peak cell lies mostly in that quadrant).
+
+Each figure is given for content words, function words and punctuation apart (``attnkit.comparison``'s
+closed-class list). Writes ``table.md`` (one row per candidate) and ``results.json`` into ``--out``.
+Human-readable lines first; the LAST line of stdout is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from attnkit.captioning import Captioner, train_captioning
+from attnkit.checkpoint import load_checkpoint
+from attnkit.cli import positive_int
+from attnkit.comparison import caption_attention_study
+from attnkit.config import load_config
+from attnkit.data.captions import image_root, read_caption_split, write_caption_dataset
+from attnkit.data.images import MOSAIC_PHOTOS
+from attnkit.errors import UserError, run_cli
+from attnkit.files import write_text_atomic
+from attnkit.model import count_parameters
+from attnkit.train import TrainingProgress
+from machine import busy_cores, print_result, project_path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from data_scripts import prepare_flickr8k  # noqa: E402  (the project root is not on sys.path for bench/ scripts)
+
+# name -> overrides of tasks/configs/flickr8k.yaml (issue 19: what could make the cells local enough to attend to)
+CANDIDATES = {
+    "recipe 7x7": [],
+    "14x14 (448 px)": ["image_encoder.image_size=448", "image_encoder.grid_size=14"],
+    "7x7 + 2 self-attention layers": ["image_encoder.self_attention_layers=2", "image_encoder.feedforward_size=1024"],
+    "7x7, penalty 0": ["train.attention_regularization=0"],
+    "7x7, penalty 1": ["train.attention_regularization=1"],
+}
+QUICK = {"train": 40, "valid": 8}  # photos per split in --quick mode
+QUICK_MODEL = ["decoder.embedding_size=16", "decoder.hidden_size=32", "decoder.attention_size=16", "image_encoder.memory_size=32", "train.batch_size=16"]
+GROUPS = ("content", "function")  # the table's columns; punctuation is in the JSON
+
+
+def parse_named(text: str, what: str) -> tuple[str, str]:
+    """'NAME: REST' -> (NAME, REST), or a clear message."""
+    name, colon, rest = text.partition(":")
+    if not colon or not name.strip():
+        raise UserError(f"{what} {text!r} must look like 'NAME: ...'")
+    return name.strip(), rest.strip()
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=str(ROOT / "tasks/configs/flickr8k.yaml"))
+    parser.add_argument("--candidate", action="append", default=[], metavar="'NAME: KEY=VALUE ...'", help="a candidate to train (default: CANDIDATES)")
+    parser.add_argument("--checkpoint", action="append", default=[], metavar="'NAME: PATH'", help="a captioner trained elsewhere, measured as it is")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override of every trained candidate")
+    parser.add_argument("--epochs", type=positive_int, default=10, help="epochs of each candidate (the same for all)")
+    parser.add_argument("--minutes", type=float, default=60.0, help="safety cap on each candidate's training time")
+    parser.add_argument("--photos", type=positive_int, default=None, help="measure on the first N validation photos (default all)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the mosaics and of the random cells erased")
+    parser.add_argument("--evaluate-only", action="store_true", help="measure the candidates an earlier run left in --out (no training)")
+    parser.add_argument("--out", default="", help="run folder (default runs/bench-image-memory, or runs/bench-image-memory-quick)")
+    parser.add_argument("--data", default="", help="data root holding flickr8k/ (default $ATTNKIT_DATA, else ../shared/data)")
+    parser.add_argument("--quick", action="store_true", help=f"tiny models on {QUICK['train']} training photos, {QUICK['valid']} validation photos")
+    parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_args_parser().parse_args(argv)
+    trained = dict(parse_named(text, "--candidate") for text in args.candidate) if args.candidate else ({} if args.checkpoint else dict(CANDIDATES))
+    trained = {name: overrides.split() if isinstance(overrides, str) else overrides for name, overrides in trained.items()}
+    given = {name: Path(path) for name, path in (parse_named(text, "--checkpoint") for text in args.checkpoint)}
+    for name, path in given.items():
+        if not path.is_file():
+            raise UserError(f"--checkpoint {name}: no checkpoint at {path}")
+    if set(trained) & set(given):
+        raise UserError(f"candidate names must differ: {', '.join(sorted(set(trained) & set(given)))} is both trained and given")
+    mode = "quick" if args.quick else "full"
+    out = Path(args.out or ROOT / "runs" / f"bench-image-memory{'-quick' if args.quick else ''}")
+    folders = {name: out / name.replace(" ", "_").replace("/", "-") for name in trained}
+    if args.evaluate_only:
+        for name, folder in folders.items():
+            if not (folder / "best.pt").is_file():
+                raise UserError(f"--evaluate-only: candidate '{name}' has no model in {folder} (train it first, or give its --out)")
+    busy_before = busy_cores()
+    dataset = ROOT / "data" / "flickr8k"
+    if not (dataset / "dataset.json").is_file():
+        prepare_flickr8k.main(["--out", str(dataset)] + (["--data", args.data] if args.data else []))
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="attnkit-image-memory-") as scratch:
+        data = dataset
+        if args.quick:
+            splits = {split: read_caption_split(dataset, split)[:count] for split, count in QUICK.items()}
+            data = write_caption_dataset(Path(scratch) / "data", splits, image_root(dataset), info={"name": "flickr8k-quick", "subset_of": str(dataset)})
+        valid = read_caption_split(data, "valid")[: args.photos]
+        if len(valid) < MOSAIC_PHOTOS:
+            raise UserError(f"{len(valid)} validation photo(s): the mosaics need at least {MOSAIC_PHOTOS}")
+        epochs, minutes = (2, 1.0) if args.quick else (args.epochs, args.minutes)
+        cache = load_config(args.config, args.overrides).data.feature_cache or None  # grid features of the frozen backbones
+        for name, overrides in trained.items():
+            config = load_config(args.config, [f"output_dir={folders[name]}", f"data.path={data}", f"train.epochs={epochs}", f"train.max_minutes={minutes}",
+                                               *(QUICK_MODEL if args.quick else []), *overrides, *args.overrides])  # fmt: skip
+            if args.evaluate_only:
+                progress = TrainingProgress(**load_checkpoint(folders[name] / "last.pt").training["progress"])
+            else:
+                print(f"image memory ({mode}): training '{name}' ({' '.join(overrides) or 'the recipe'}) into {folders[name]} (a previous run there is replaced)")
+                progress = train_captioning(config, overwrite=True, progress_bar=not args.no_progress)
+            results[name] = {"overrides": overrides, "training": training_summary(progress)}
+        for name, path in given.items():
+            results[name] = {"checkpoint": str(path), "training": training_summary(TrainingProgress(**load_checkpoint(path).training["progress"]))}
+        for name in results:
+            checkpoint = folders[name] / "best.pt" if name in folders else given[name]
+            captioner = Captioner.from_checkpoint(checkpoint, cache_dir=cache)
+            began = time.perf_counter()
+            scores = captioner.evaluate(valid, image_root(data), beam_size=5, batch_size=64, meteor=False)
+            study = caption_attention_study(captioner, [(image_root(data) / item.image, item.captions[0]) for item in valid], seed=args.seed)
+            results[name].update(
+                grid=study.pop("grid"),
+                parameters=count_parameters(captioner.model),
+                valid_beam5={key: scores[key] for key in ("bleu4", "cider_d", "images")},
+                study=study,
+                measure_seconds=round(time.perf_counter() - began, 1),
+            )
+            print(describe(name, results[name]))
+    out.mkdir(parents=True, exist_ok=True)
+    table = write_text_atomic(out / "table.md", markdown_table(results, len(valid)))
+    write_text_atomic(out / "results.json", json.dumps(results, indent=2) + "\n")
+    print(table.read_text())
+    result = {
+        "benchmark": "image_memory",
+        "mode": mode,
+        "valid_photos": len(valid),
+        "seed": args.seed,
+        "candidates": {name: headline(found) for name, found in results.items()},
+        "outputs": {"table": str(table), "results": str(out / "results.json")},
+        "config": project_path(args.config),
+        "overrides": args.overrides,
+        "evaluate_only": args.evaluate_only,
+        "run_dir": str(out),
+    }
+    return print_result(result, busy_before)
+
+
+def training_summary(progress: TrainingProgress) -> dict:
+    return {"minutes": round(progress.seconds / 60, 2), "epochs": progress.epoch, "valid_best_cider_d": round(progress.best_score, 2), "stop_reason": progress.stop_reason or "all epochs"}
+
+
+def headline(found: dict) -> dict:
+    """The table's figures of one candidate (content words), for the JSON line."""
+    study = found["study"]
+    content_erasure, content_mosaic = study["erasure"]["by_group"].get("content", {}), study["mosaic"]["by_group"].get("content", {})
+    return {
+        "valid_bleu4": found["valid_beam5"]["bleu4"],
+        "valid_cider_d": found["valid_beam5"]["cider_d"],
+        "train_minutes": found["training"]["minutes"],
+        "content_effective_cells": study["attention_by_group"].get("content", {}).get("effective_positions"),
+        "content_peak_flip": content_erasure.get("peak_flip"),
+        "content_random_flip": content_erasure.get("random_flip"),
+        "content_mosaic_mass": content_mosaic.get("mass"),
+        "content_mosaic_pointing": content_mosaic.get("pointing"),
+    }
+
+
+def describe(name: str, found: dict) -> str:
+    figures = headline(found)
+    return (
+        f"{name}: valid BLEU-4 {figures['valid_bleu4']}, CIDEr-D {figures['valid_cider_d']} (beam 5); content words: "
+        f"{figures['content_effective_cells']} effective cells, peak erased changes the word {percent(figures['content_peak_flip'])} "
+        f"(random {percent(figures['content_random_flip'])}), mosaic mass {percent(figures['content_mosaic_mass'])}, "
+        f"pointing {percent(figures['content_mosaic_pointing'])}; measured in {found['measure_seconds']} s"
+    )
+
+
+def percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def markdown_table(results: dict, photos: int) -> str:
+    """One row per candidate: captions, training time, spread, erasure and localisation, content | function words."""
+    header = (
+        "| candidate | grid | train min (epochs) | valid BLEU-4 | valid CIDEr-D | effective cells | peak erased: word changes | random cell: word changes "
+        "| log p lost (peak) | mosaic: mass on own quadrant | mosaic: pointing |"
+    )
+    lines = [f"Flickr8k validation, {photos} photos; each pair: content / function words; mosaic chance: a quarter.", "", header, "|" + "---|" * 11]
+    for name, found in results.items():
+        study = found["study"]
+
+        def both(section: dict, key: str, scale: float = 1.0, digits: int = 1) -> str:
+            return " / ".join(f"{scale * section[g][key]:.{digits}f}" if g in section else "n/a" for g in GROUPS)
+
+        erasure, mosaic, spread = study["erasure"]["by_group"], study["mosaic"]["by_group"], study["attention_by_group"]
+        training = found["training"]
+        lines.append(
+            f"| {name} | {found['grid'][0]}x{found['grid'][1]} | {training['minutes']} ({training['epochs']}) | {found['valid_beam5']['bleu4']} "
+            f"| {found['valid_beam5']['cider_d']} | {both(spread, 'effective_positions')} | {both(erasure, 'peak_flip', 100)} % "
+            f"| {both(erasure, 'random_flip', 100)} % | {both(erasure, 'peak_drop', 1, 3)} | {both(mosaic, 'mass', 100)} % | {both(mosaic, 'pointing', 100)} % |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
