@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("this benchmark needs a checkpoint with a frozen, pretrained image encoder (its features are cached)")
     items = read_caption_split(args.data, "test")[: 128 if args.quick else None]
     root = image_root(args.data)
-    features = captioner.cache.get([root / item.image for item in items], lambda pixels: captioner.model.encoder_for("image").grid_features(pixels))
+    features = captioner.cache.get([root / item.image for item in items], lambda pixels: captioner.model.encoder_for("image").cacheable_features(pixels))
     print(f"caption_speed ({'quick' if args.quick else 'full'}): {len(items)} images, beam {args.beam}, torch threads {torch.get_num_threads()}")
     if busy_before is not None and busy_before >= 0.25:
         print(f"note: other work kept {busy_before} core(s) busy just before the start; rerun on idle cores")

@@ -135,3 +135,29 @@ def test_a_checkpoint_needs_neither_the_weights_file_nor_new_features(scenes, tm
     images = sorted((scenes.parent / "images").iterdir())
     assert all(not c[0].error for c in captioner.caption(images))
     assert captioner.cache.stats.misses == 0 and sorted(cache.rglob("*.pt")) == entries
+
+
+@pytest.mark.slow
+def test_fine_tuning_the_last_block_trains_on_the_cached_frozen_prefix(scenes, tmp_path):
+    """``trainable_blocks`` with the feature cache: the frozen prefix's maps are cached once, the last block learns
+    on them, and the checkpoint captions the same from the cache as from pixels."""
+    import torchvision
+
+    torch.manual_seed(0)
+    weights = tmp_path / "resnet18.pth"
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), weights)
+    cache = tmp_path / "cache"
+    overrides = [f"image_encoder.weights={weights}", f"data.feature_cache={cache}", "image_encoder.trainable_blocks=1"]
+    config = load_config(None, [f"data.path={scenes}", f"output_dir={tmp_path / 'run'}", "train.epochs=1", *TINY, *overrides])
+    train_captioning(config, progress_bar=False, log=lambda _: None)
+    entries = sorted(cache.rglob("*.pt"))
+    assert len(entries) == 12 and torch.load(entries[0], weights_only=True).shape == (512, 1, 1)  # the map before the last block (32 px / 32), not a pooled 2 x 2 grid
+    with_cache = Captioner.from_checkpoint(tmp_path / "run" / "best.pt", device="cpu", cache_dir=cache)
+    pixels_only = Captioner.from_checkpoint(tmp_path / "run" / "best.pt", device="cpu")
+    last = with_cache.model.encoder_for("image").backbone[-1]
+    pretrained = torchvision.models.resnet18(weights=None)
+    pretrained.load_state_dict(torch.load(weights, weights_only=True))
+    assert not torch.equal(last.conv1.weight, pretrained.layer4[1].conv1.weight)  # the fine-tuned block moved
+    images = sorted((scenes.parent / "images").iterdir())
+    assert [c[0].text for c in with_cache.caption(images)] == [c[0].text for c in pixels_only.caption(images)]
+    assert with_cache.cache.stats.misses == 0

@@ -81,6 +81,32 @@ def test_cached_features_give_the_encoder_output_of_the_pixels(tmp_path, weights
     assert from_cache.layout.height == 2 and from_cache.mask.all()
 
 
+def test_fine_tuning_the_last_blocks_caches_the_frozen_prefix_and_trains_on_it(tmp_path, weights):
+    from attnkit.data.images import load_image
+    from attnkit.interfaces import GridFeatures, Pixels
+
+    photos = _photos(tmp_path, 2)
+    frozen, tuned = _encoder(weights), _encoder(weights, trainable_blocks=2)  # resnet18's last two residual blocks train
+    assert tuned.caches and not tuned.is_frozen
+    identity = encoder_identity(tuned)
+    assert identity["frozen_blocks"] == len(tuned.backbone) - 2 and FeatureCache(tmp_path / "cache", identity).folder != FeatureCache(tmp_path / "cache", encoder_identity(frozen)).folder
+    cache = FeatureCache(tmp_path / "cache", identity)
+    prefix = cache.get(photos, tuned.cacheable_features)
+    assert prefix.shape == (2, 256, 4, 4)  # the map before the last two blocks (stride 16 of 64 px), not the pooled grid
+    pixels = torch.stack([load_image(p, 64, tuned.normalization) for p in photos])
+    from_cache, direct = tuned(GridFeatures(prefix.float())), tuned(Pixels(pixels))
+    assert torch.allclose(from_cache.memory, direct.memory, atol=1e-2, rtol=1e-2) and from_cache.layout.height == 2
+    tuned.train()
+    tuned(GridFeatures(prefix.float())).memory.sum().backward()  # the cached prefix feeds blocks that learn
+    blocks = list(tuned.backbone)
+    assert all(p.grad is not None for block in blocks[-2:] for p in block.parameters() if p.requires_grad)
+    assert all(p.grad is None for block in blocks[:-2] for p in block.parameters())
+    whole = _encoder(weights, trainable_blocks=len(frozen.backbone))
+    assert not whole.caches
+    with pytest.raises(ValueError, match="need frozen backbone blocks"):
+        whole(GridFeatures(prefix.float()))
+
+
 def test_a_random_backbone_is_not_cached(tmp_path):
     encoder = _encoder("none")
     with pytest.raises(ValueError, match="not cached"):

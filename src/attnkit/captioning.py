@@ -120,7 +120,7 @@ class Captioner:
         self.pipeline = pipeline
         self.search = search_config
         self.device = device
-        self.cache = cache if cache is not None and model.encoder_for("image").is_frozen else None
+        self.cache = cache if cache is not None and model.encoder_for("image").caches else None
 
     @classmethod
     def from_checkpoint(
@@ -203,19 +203,19 @@ def _name(image: ImageInput, number: int) -> str:
 
 
 def _grid_on(encoder: ImageEncoder, device: torch.device, pixels: Tensor) -> Tensor:
-    """Grid features for the cache: always in eval mode (no dropout, pretrained BatchNorm statistics)."""
+    """Features for the cache: always in eval mode (no dropout, pretrained BatchNorm statistics)."""
     was_training = encoder.training
     encoder.eval()
     try:
-        return encoder.grid_features(pixels.to(device))
+        return encoder.cacheable_features(pixels.to(device))
     finally:
         encoder.train(was_training)
 
 
 def _feature_cache(encoder: ImageEncoder, root: str | Path) -> FeatureCache | None:
-    """A cache for this encoder, or None when caching does not apply (fine-tuned or random backbone)."""
+    """A cache for this encoder, or None when caching does not apply (a wholly fine-tuned or random backbone)."""
     identity = encoder_identity(encoder)
-    if not encoder.is_frozen or identity["weights_sha256"] == "none":
+    if not encoder.caches or identity["weights_sha256"] == "none":
         return None
     return FeatureCache(root, identity)
 

@@ -142,7 +142,7 @@ class DataConfig(_Checked):
     max_source_length: int = checked(50, at_least(1))  # longer training pairs are skipped; longer inputs are truncated at translation
     max_target_length: int = checked(50, at_least(1))  # longer training pairs are skipped
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    feature_cache: str = "cache/features"  # captioning with a frozen image encoder: grid features cached here ("" : off)
+    feature_cache: str = "cache/features"  # captioning: the frozen image-encoder blocks' output cached here ("" : off)
     text_path: str = ""  # task multitask: the parallel-text dataset (data.path is then the captioning dataset)
 
 
@@ -181,7 +181,7 @@ class ImageEncoderConfig(_Checked):
     blocks: int = checked(0, at_least(0))  # keep only the backbone's first N blocks (0: all): an earlier cut gives finer, more local cells
     grid_size: int = checked(7, at_least(0))  # average-pool the feature map to grid_size x grid_size cells (0: keep the backbone's)
     memory_size: int = checked(512, at_least(0))  # project each cell to this size (0: keep the backbone's channels)
-    trainable_blocks: int = checked(0, at_least(0))  # fine-tune the last N backbone blocks (0: frozen; then features can be cached)
+    trainable_blocks: int = checked(0, at_least(0))  # fine-tune the last N backbone blocks (0: frozen); the frozen blocks' output is cached either way
     backbone_lr: float = checked(0.0, at_least(0))  # learning rate of the fine-tuned blocks (0: train.lr)
     dropout: float = checked(0.0, BELOW_ONE)  # on the projected cells
     position_embedding: bool = False  # add a learned embedding of each cell's position to its memory vector (needs grid_size)

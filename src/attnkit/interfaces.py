@@ -58,10 +58,11 @@ class Pixels:
 
 @dataclass(frozen=True)
 class GridFeatures:
-    """The frozen backbone's pooled grid, computed earlier (e.g. read from the feature cache)."""
+    """The frozen backbone blocks' output, computed earlier (e.g. read from the feature cache): the pooled grid of
+    a frozen backbone, or the frozen prefix's map when the last blocks fine-tune (ImageEncoder.cacheable_features)."""
 
     kind: ClassVar[str] = "image"
-    features: Tensor  # (B, C, g, g)
+    features: Tensor  # (B, C, g, g), or (B, C', H', W') before the fine-tuned blocks
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "GridFeatures":
         return GridFeatures(self.features.to(device, non_blocking=non_blocking))

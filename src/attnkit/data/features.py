@@ -2,7 +2,8 @@
 
 Legend: C backbone channels, g grid side.
 
-Layout: ``ROOT/<encoder key>/<image key>.pt``, one float16 tensor (C, g, g) per image.
+Layout: ``ROOT/<encoder key>/<image key>.pt``, one float16 tensor (C, g, g) per image: a frozen backbone's
+pooled grid, or (C', H', W') the frozen prefix's map when the last blocks fine-tune.
 
 * The **encoder key** hashes everything that decides the features: backbone
   name, the weights file's content (size + SHA-256 of its bytes; "none" for
@@ -44,6 +45,8 @@ def encoder_identity(encoder) -> dict:
     }
     if config.blocks:  # a cut backbone; the whole one keeps the key it always had, so existing caches stay valid
         identity["blocks"] = config.blocks
+    if not encoder.is_frozen:  # the frozen prefix's map, before the fine-tuned blocks and the pooling
+        identity["frozen_blocks"] = encoder.frozen_blocks
     return identity
 
 
@@ -74,7 +77,8 @@ class FeatureCache:
         return self.folder / f"{key}.pt"
 
     def get(self, images: Sequence[str | Path], compute: Callable[[Tensor], Tensor], batch_size: int = 32) -> Tensor:
-        """(N, C, g, g) float16 features of ``images``; ``compute`` maps (B, 3, H, W) pixels to (B, C, g, g).
+        """(N, C, g, g) float16 features of ``images``; ``compute`` maps (B, 3, H, W) pixels to (B, C, g, g) (or to the
+        frozen prefix's (B, C', H', W')).
 
         Raises ImageError for the first unreadable image (check images beforehand to skip bad ones).
         """

@@ -4,11 +4,12 @@ Legend: B batch, C backbone channels, g grid side (L = g*g cells), D memory size
 
 The backbone is a flat sequence of blocks (stem, residual / inverted-residual
 blocks, head) so "fine-tune the last N blocks" means the same thing for every
-network. A frozen backbone's pooled grid is a pure function of the image, which
-is what the feature cache (``attnkit.data.features``) stores; the encoder then
-takes those features instead of pixels (:class:`GridFeatures`) and only the
-projection (and the optional self-attention layers over the cells,
-``self_attention_layers``, with a 2-D position code) trains.
+network. What the frozen blocks compute is a pure function of the image, which is
+what the feature cache (``attnkit.data.features``) stores (:meth:`ImageEncoder.cacheable_features`):
+a frozen backbone's pooled grid, or, when the last ``trainable_blocks`` fine-tune, the
+frozen prefix's feature map. The encoder then takes those features instead of pixels
+(:class:`GridFeatures`); the fine-tuned blocks (if any), the projection and the optional
+self-attention layers over the cells (``self_attention_layers``, with a 2-D position code) train.
 """
 
 from __future__ import annotations
@@ -179,8 +180,13 @@ class ImageEncoder(nn.Module):
 
     @property
     def is_frozen(self) -> bool:
-        """No backbone weight trains: the pooled grid of an image never changes, so it can be cached."""
+        """No backbone weight trains: the pooled grid of an image never changes."""
         return self.config.trainable_blocks == 0
+
+    @property
+    def caches(self) -> bool:
+        """Some blocks are frozen, so their output can be cached (the whole backbone fine-tuned reads pixels)."""
+        return self.frozen_blocks > 0
 
     def train(self, mode: bool = True) -> "ImageEncoder":
         super().train(mode)
@@ -192,10 +198,22 @@ class ImageEncoder(nn.Module):
 
     def grid_features(self, images: Tensor) -> Tensor:
         """(B, 3, H, W) normalised images -> (B, C, g, g) pooled backbone features."""
-        frozen, trainable = self.backbone[: self.frozen_blocks], self.backbone[self.frozen_blocks :]
+        return self._finish(self.frozen_features(images))
+
+    def frozen_features(self, images: Tensor) -> Tensor:
+        """(B, 3, H, W) normalised images -> the frozen blocks' feature map (B, C', H', W'), without gradients."""
         with torch.no_grad():
-            features = frozen(images.contiguous(memory_format=torch.channels_last))
-        features = trainable(features)  # (B, C, H/32, W/32) for most backbones
+            return self.backbone[: self.frozen_blocks](images.contiguous(memory_format=torch.channels_last))
+
+    def cacheable_features(self, images: Tensor) -> Tensor:
+        """What a feature cache keeps of (B, 3, H, W) images: the pooled grid of a frozen backbone, else the frozen
+        prefix's map (small: EfficientNet-Lite0's 7 x 7 x 192 before its last two blocks), which :meth:`forward`
+        takes as :class:`GridFeatures` and runs through the fine-tuned blocks."""
+        return self.grid_features(images) if self.is_frozen else self.frozen_features(images)
+
+    def _finish(self, features: Tensor) -> Tensor:
+        """The frozen blocks' map -> the trainable blocks -> pooled to the grid (B, C, g, g)."""
+        features = self.backbone[self.frozen_blocks :](features)  # (B, C, H/32, W/32) for most backbones
         grid = self.config.grid_size
         pooled = F.adaptive_avg_pool2d(features, grid) if grid else features  # (B, C, g, g)
         return pooled.contiguous()
@@ -203,10 +221,10 @@ class ImageEncoder(nn.Module):
     def forward(self, source: Pixels | GridFeatures) -> EncoderOutput:
         if isinstance(source, Pixels):
             features = self.grid_features(source.images)
-        elif isinstance(source, GridFeatures):
-            if not self.is_frozen:
-                raise ValueError("precomputed grid features need a frozen backbone (image_encoder.trainable_blocks=0)")
-            features = source.features
+        elif isinstance(source, GridFeatures):  # cacheable_features, computed earlier
+            if not self.caches:
+                raise ValueError("precomputed features need frozen backbone blocks (image_encoder.trainable_blocks below the backbone's blocks)")
+            features = source.features if self.is_frozen else self._finish(source.features.float().contiguous(memory_format=torch.channels_last))
         else:
             raise TypeError(f"ImageEncoder takes Pixels or GridFeatures, got {type(source).__name__}")
         batch, _, height, width = features.shape
