@@ -55,7 +55,9 @@ from data_scripts import prepare_flickr8k  # noqa: E402  (the project root is no
 CANDIDATES = {
     "recipe 7x7": [],
     "14x14 (448 px)": ["image_encoder.image_size=448", "image_encoder.grid_size=14"],
+    "14x14 (cut at stride 16)": ["image_encoder.blocks=12", "image_encoder.grid_size=14"],  # EfficientNet-Lite0's 112-channel stage
     "7x7 + 2 self-attention layers": ["image_encoder.self_attention_layers=2", "image_encoder.feedforward_size=1024"],
+    "7x7, last 2 blocks fine-tuned": ["image_encoder.trainable_blocks=2", "image_encoder.backbone_lr=0.0001"],
     "7x7, penalty 0": ["train.attention_regularization=0"],
     "7x7, penalty 1": ["train.attention_regularization=1"],
 }
@@ -132,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
                 progress = train_captioning(config, overwrite=True, progress_bar=not args.no_progress)
             results[name] = {"overrides": overrides, "training": training_summary(progress)}
         for name, path in given.items():
-            results[name] = {"checkpoint": str(path), "training": training_summary(TrainingProgress(**load_checkpoint(path).training["progress"]))}
+            run_end = path.parent / "last.pt"  # the whole run's time and epochs, where the run folder is there
+            progress = load_checkpoint(run_end if run_end.is_file() else path).training["progress"]
+            results[name] = {"checkpoint": str(path), "training": training_summary(TrainingProgress(**progress))}
         for name in results:
             checkpoint = folders[name] / "best.pt" if name in folders else given[name]
             captioner = Captioner.from_checkpoint(checkpoint, cache_dir=cache)

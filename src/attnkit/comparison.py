@@ -294,7 +294,6 @@ FUNCTION_WORDS = frozenset(
     "is are was were be been being am has have had do does did can could will would should may might must "
     "not no 's".split()
 )
-WORD_GROUPS = ("content", "function", "punctuation")
 
 
 def word_group(word: str, *vocabularies: Vocabulary) -> str | None:
