@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import time
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"candidate names must differ: {', '.join(sorted(set(trained) & set(given)))} is both trained and given")
     mode = "quick" if args.quick else "full"
     out = Path(args.out or ROOT / "runs" / f"bench-image-memory{'-quick' if args.quick else ''}")
-    folders = {name: out / name.replace(" ", "_").replace("/", "-") for name in trained}
+    folders = {name: out / re.sub(r"[^A-Za-z0-9.-]+", "_", name) for name in trained}  # "7x7, penalty 0" -> 7x7_penalty_0
     if args.evaluate_only:
         for name, folder in folders.items():
             if not (folder / "best.pt").is_file():
