@@ -93,6 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UserError("give --image and --source (or --scenes N)")
         if len(args.image) != len(args.source) or len(args.image) not in (1, MOSAIC_PHOTOS):
             raise UserError(f"give one --image and one --source, or {MOSAIC_PHOTOS} of each for a mosaic; got {len(args.image)} and {len(args.source)}")
+        if args.own and len(args.image) == 1:
+            raise UserError(f"--own picks the described input of a mosaic: give {MOSAIC_PHOTOS} --image and --source, or leave --own out")
         check_output_folder(out, "--out", files=COMPARISON_FILES)
         images = [open_rgb(image) for image in args.image]  # an unreadable photo is named before the models load
     comparer = AttentionComparer.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device)

@@ -316,6 +316,8 @@ def test_compare_writes_a_mosaic_comparison_and_refuses_bad_mosaics(scenes, join
     assert [word["word"] for word in localised["per_word"]] == statistics["target"].split()
     assert (out / "comparison.png").stat().st_size > 0 and "<script" in (out / "report.html").read_text()
 
+    with pytest.raises(UserError, match="--own picks the described input of a mosaic"):
+        compare.main([*argv[:5], argv[8], "--out", str(tmp_path / "one")])  # one photo and one sentence, with --own 1
     with pytest.raises(UserError, match="one --image and one --source, or 4 of each"):
         compare.main([*argv[:-1], "--out", str(tmp_path / "three")])
     broken = tmp_path / "broken.jpg"
