@@ -294,15 +294,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: Flickr8k test BLEU-4 {scores['caption']['bleu4']} (CIDEr-D {scores['caption']['cider_d']}), "
                   f"Multi30k test_2016_flickr BLEU {scores['translation']['bleu']} at beam {args.beam}")  # fmt: skip
             began = time.perf_counter()
-            found, erased = study(AttentionComparer(captioner, translator), photos, images)
+            comparer = AttentionComparer(captioner, translator)
+            found, erased = study(comparer, photos, images)
             inputs = [StudyInput(images / photo.image, photo.german, photo.english) for photo in photos]
-            found["mosaic"] = mosaic_study(AttentionComparer(captioner, translator), inputs, seed=args.seed, heads=True)
+            found["mosaic"] = mosaic_study(comparer, inputs, seed=args.seed, heads=True)
             found["study_seconds"] = round(time.perf_counter() - began, 1)
             print("\n".join(describe_study(name, found)))
             results[name] = {"quality": scores, "study": found, "parameters": count_parameters(captioner.model)}
             if name == "joint":
                 erasure_figure = plot_erasure(erased, out / "erasure.png", found["sentences"])
-                joint = AttentionComparer(captioner, translator)
+                joint = comparer
 
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "study.json", json.dumps(results, indent=2) + "\n")

@@ -7,8 +7,8 @@ One image and one source sentence (the target defaults to the caption decoded fr
     python tasks/compare.py --caption-checkpoint runs/flickr8k/best.pt --translation-checkpoint runs/multi30k_de_en/best.pt \\
         --image photo.jpg --source "ein hund rennt über das gras ." --target "a dog runs across the grass ." --out runs/compare-real
 
-writes ``comparison.png`` (per target word: its image map above its source-word
-bars), ``report.html`` (self-contained; hover or click a word) and
+writes ``comparison.png`` (per target word its image map; below them one matrix of
+every word's weights over the source words), ``report.html`` (self-contained; hover or click a word) and
 ``statistics.json`` (entropy, peak, effective positions per word and modality).
 
 Localisation without annotations: four photos in a 2 x 2 mosaic (row-major) and their four source

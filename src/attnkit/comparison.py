@@ -46,7 +46,7 @@ from attnkit.analysis import (
 from attnkit.captioning import Captioner, ImageInput
 from attnkit.checkpoint import load_checkpoint
 from attnkit.data.batching import pad_sequences
-from attnkit.data.images import MOSAIC_PHOTOS, mosaic, open_mosaic
+from attnkit.data.images import MOSAIC_PHOTOS, mosaic, open_mosaic, open_rgb
 from attnkit.data.scenes import Scene, word_kind
 from attnkit.errors import UserError
 from attnkit.interfaces import EncoderOutput
@@ -257,10 +257,7 @@ class AttentionComparer:
         if not 0 <= own < MOSAIC_PHOTOS:
             raise UserError(f"the described input must be one of 0-{MOSAIC_PHOTOS - 1} (row-major quadrants), got {own}")
         size = self.captioner.model.encoder_for("image").config.image_size
-        if all(isinstance(image, Image.Image) for image in images):
-            sheet = mosaic(list(images), size)
-        else:
-            sheet = open_mosaic(list(images), size)
+        sheet = mosaic([image if isinstance(image, Image.Image) else open_rgb(image) for image in images], size)  # a file unreadable: ImageError naming it
         source_words, lengths = self.join_sources(sources)
         words, caption_ids, text_ids = self._target_ids([target if target is not None else self.decoded_targets([images[own]])[0]])
         image_encoded, text_encoded = self.captioner.encode([sheet]), self.translator.encode_words([source_words])
