@@ -161,3 +161,34 @@ def test_fine_tuning_the_last_block_trains_on_the_cached_frozen_prefix(scenes, t
     images = sorted((scenes.parent / "images").iterdir())
     assert [c[0].text for c in with_cache.caption(images)] == [c[0].text for c in pixels_only.caption(images)]
     assert with_cache.cache.stats.misses == 0
+
+
+def test_training_mosaics_carry_the_described_photo_s_captions_in_a_seeded_quadrant():
+    from pathlib import Path
+
+    from attnkit.captioning import with_training_mosaics
+    from attnkit.data.images import MosaicFile
+
+    paths = [Path(f"p{i}.png") for i in range(8)]
+    image_ids = [i for i in range(8) for _ in range(2)]
+    caption_ids = [[i, copy] for i in range(8) for copy in range(2)]
+    found, mosaic_image_ids, mosaic_caption_ids = with_training_mosaics(paths, image_ids, caption_ids, 0.5, seed=3)
+    assert found[:8] == paths and len(found) == 12 and all(isinstance(m, MosaicFile) for m in found[8:])
+    assert mosaic_image_ids[:16] == image_ids and mosaic_caption_ids[:16] == caption_ids
+    for image, ids in zip(mosaic_image_ids[16:], mosaic_caption_ids[16:]):
+        described = paths[ids[0]]
+        assert described in found[image].photos and len(set(found[image].photos)) == 4
+    assert len(mosaic_image_ids) == 16 + 4 * 2  # each mosaic with both captions of its photo
+    assert with_training_mosaics(paths, image_ids, caption_ids, 0.5, seed=3)[0] == found
+    assert with_training_mosaics(paths, image_ids, caption_ids, 0.5, seed=4)[0] != found
+    quadrants = {found[image].photos.index(paths[ids[0]]) for image, ids in zip(mosaic_image_ids[16:], mosaic_caption_ids[16:])}
+    assert len(quadrants) > 1
+    assert with_training_mosaics(paths, image_ids, caption_ids, 0.0, seed=3) == (paths, image_ids, caption_ids)
+
+
+def test_a_captioner_trains_on_mosaics_of_its_photos(scenes, tmp_path):
+    lines = []
+    config = load_config(None, [f"data.path={scenes}", f"output_dir={tmp_path}", "train.epochs=1", "data.mosaic_share=0.5", *TINY])
+    train_captioning(config, progress_bar=False, log=lines.append)
+    assert any("12 images (and 6 mosaics of them) for training, 36 captions" in line for line in lines), lines
+    assert Captioner.from_checkpoint(tmp_path / "last.pt", device="cpu").caption([next((scenes.parent / "images").iterdir())], beam_size=1)[0][0].words

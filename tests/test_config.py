@@ -284,3 +284,11 @@ def test_overrides_apply_to_a_stored_dict_in_place():
     values = {"train": {"epochs": 2}}
     assert apply_overrides(values, ["train.epochs=5", "search.beam_size=2"]) is values
     assert values == {"train": {"epochs": 5}, "search": {"beam_size": 2}}
+
+
+def test_training_mosaics_are_a_share_and_refuse_gold_attention():
+    assert load_config(None, ["data.mosaic_share=0.25"]).data.mosaic_share == 0.25
+    with pytest.raises(UserError, match="data.mosaic_share"):
+        load_config(None, ["data.mosaic_share=1.5"])
+    with pytest.raises(UserError, match="data.mosaic_share cannot go with train.attention_supervision"):
+        load_config(None, ["data.mosaic_share=0.5", "train.attention_supervision=1"])

@@ -129,3 +129,26 @@ def test_a_full_disk_while_caching_is_an_oserror_the_scripts_report_in_one_line(
     with pytest.raises(OSError) as error:
         cache.get(_photos(tmp_path, 1), encoder.grid_features)
     assert error.value.errno == errno.ENOSPC
+
+
+def test_a_mosaic_is_cached_as_its_pixels_and_photos_keep_their_keys(tmp_path, weights):
+    import hashlib
+
+    from attnkit.data.images import MosaicFile, image_tensor, open_mosaic
+
+    photos = _photos(tmp_path, 4)
+    encoder = _encoder(weights)
+    cache = FeatureCache(tmp_path / "cache", encoder_identity(encoder))
+    sheet = MosaicFile(tuple(photos))
+    features = cache.get([photos[0], sheet], encoder.grid_features)
+    pixels = image_tensor(open_mosaic(photos, 64), 64, encoder.normalization)
+    with torch.no_grad():
+        expected = encoder.grid_features(pixels[None]).half()[0]
+    torch.testing.assert_close(features[1], expected)
+    reordered = MosaicFile((photos[1], photos[0], photos[2], photos[3]))  # another arrangement is another image
+    cache.get([sheet, reordered], encoder.grid_features)
+    assert (cache.stats.hits, cache.stats.misses) == (1, 3)
+    # A photo's entry is named as before mosaics existed, so existing caches stay valid.
+    stat = photos[0].stat()
+    old_key = hashlib.sha256(f"{photos[0].resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:24]
+    assert (cache.folder / f"{old_key}.pt").is_file()

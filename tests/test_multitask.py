@@ -284,7 +284,8 @@ def test_a_mosaic_comparison_keeps_each_inputs_positions_and_scores_its_own(scen
 
 
 def test_the_mosaic_study_is_seeded_records_its_arrangements_and_refuses_too_few_inputs(scenes, joint_comparer):
-    from attnkit.comparison import mosaic_arrangements, mosaic_study
+    from attnkit.comparison import mosaic_study
+    from attnkit.data.images import mosaic_arrangements
 
     comparer, _ = joint_comparer
     arrangements = mosaic_arrangements(6, seed=3)

@@ -14,6 +14,7 @@ Legend: N images, C backbone channels, g grid side, L = g*g cells.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -28,7 +29,7 @@ from attnkit.config import ExperimentConfig, SearchConfig, from_dict
 from attnkit.data.batching import Batch, batch_gold, pad_sequences
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
 from attnkit.data.features import FeatureCache, encoder_identity
-from attnkit.data.images import ImageError, image_tensor, load_image
+from attnkit.data.images import ImageError, ImageSource, MosaicFile, image_tensor, load_image, load_image_source, mosaic_arrangements
 from attnkit.encoders.image import ImageEncoder
 from attnkit.errors import UserError
 from attnkit.interfaces import EncoderOutput, GridFeatures, Pixels
@@ -71,10 +72,11 @@ class CaptionPipeline:
 
 
 class CaptionDataset(torch.utils.data.Dataset):
-    """One example per (image, caption); the image is a row of ``sources`` (cached features) or a file loaded on demand."""
+    """One example per (image, caption); the image is a row of ``sources`` (cached features) or a file (or a mosaic of
+    four, :func:`with_training_mosaics`) loaded on demand."""
 
     def __init__(
-        self, image_ids: list[int], caption_ids: list[list[int]], sources: Tensor | None, paths: list[Path], size: int, normalization, gold: list | None = None
+        self, image_ids: list[int], caption_ids: list[list[int]], sources: Tensor | None, paths: list[ImageSource], size: int, normalization, gold: list | None = None
     ):
         self.image_ids, self.caption_ids = image_ids, caption_ids
         self.gold = gold  # per caption, its gold attention (attention supervision), else None
@@ -85,12 +87,18 @@ class CaptionDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> tuple[int, Tensor, list[int]]:
         image = self.image_ids[index]
-        source = self.sources[image] if self.sources is not None else load_image(self.paths[image], self.size, self.normalization)
+        source = self.sources[image] if self.sources is not None else load_image_source(self.paths[image], self.size, self.normalization)
         return index, source, self.caption_ids[index]
 
     @property
     def lengths(self) -> list[tuple[int, int]]:
         return [(len(ids), 0) for ids in self.caption_ids]
+
+
+def describe_images(images: Sequence[ImageSource]) -> str:
+    """"2819 images", or "2819 images (and 705 mosaics of them)"."""
+    mosaics = sum(isinstance(image, MosaicFile) for image in images)
+    return f"{len(images) - mosaics} images" + (f" (and {mosaics} mosaics of them)" if mosaics else "")
 
 
 def collate_captions(examples, cached: bool, gold: Sequence | None = None) -> Batch:
@@ -254,16 +262,42 @@ def caption_training_set(
         raise UserError(f"{config.data.path}: no usable training captions")
     if gold is not None:
         require_gold(gold, f"training captions of {config.data.path}", "they must be the scene folder's own captions, tokenised into its words, e.g. data.tokenizer.kind=space")
+    if config.data.mosaic_share > 0:  # never with gold attention (the config refuses the pair)
+        paths, image_ids, caption_ids = with_training_mosaics(paths, image_ids, caption_ids, config.data.mosaic_share, config.train.seed)
     cache = _feature_cache(encoder, config.data.feature_cache) if config.data.feature_cache else None
     sources = None
     if cache is not None:
         device, log = context.device, context.log
-        log(f"feature cache {cache.folder}: computing or reading the grid features of {len(paths)} training images")
+        log(f"feature cache {cache.folder}: computing or reading the grid features of {describe_images(paths)} for training")
         with context.distributed.main_first():
             sources = cache.get(paths, partial(_grid_on, encoder.to(device), device))
         log(f"feature cache: {cache.stats.hits} hits, {cache.stats.misses} computed")
     dataset = CaptionDataset(image_ids, caption_ids, sources, paths, config.image_encoder.image_size, encoder.normalization, gold)
     return dataset, partial(collate_captions, cached=sources is not None, gold=gold), cache
+
+
+def with_training_mosaics(
+    paths: list[Path], image_ids: list[int], caption_ids: list[list[int]], share: float, seed: int
+) -> tuple[list[ImageSource], list[int], list[list[int]]]:
+    """The training examples and, for a seeded ``share`` of the photos, the photo once more in a 2 x 2 mosaic with three
+    other training photos (its quadrant drawn too) carrying the photo's own captions.
+
+    Only the caption says which quadrant it is about, so the decoder must read the caption so far to know where to
+    look: the lesson the mosaic localisation test (:func:`attnkit.comparison.mosaic_study`) asks about. The mosaics
+    are drawn once per run (not per epoch), so a frozen encoder's features of them are cached like a photo's."""
+    described = sorted(random.Random(seed).sample(range(len(paths)), round(share * len(paths))))
+    if not described:
+        return paths, image_ids, caption_ids
+    captions_of: dict[int, list[list[int]]] = {}
+    for image, ids in zip(image_ids, caption_ids):
+        captions_of.setdefault(image, []).append(ids)
+    mosaics, mosaic_image_ids, mosaic_caption_ids = [], [], []
+    for photo, order in zip(described, mosaic_arrangements(len(paths), seed, described)):
+        mosaics.append(MosaicFile(tuple(paths[i] for i in order)))
+        for ids in captions_of.get(photo, []):
+            mosaic_image_ids.append(len(paths) + len(mosaics) - 1)
+            mosaic_caption_ids.append(ids)
+    return [*paths, *mosaics], image_ids + mosaic_image_ids, caption_ids + mosaic_caption_ids
 
 
 def _caption_gold_of(config: ExperimentConfig) -> CaptionGold | None:
@@ -316,7 +350,7 @@ def prepare_captioning(config: ExperimentConfig, resume: Checkpoint | None, cont
         return {**metrics, "score": metrics["cider_d"]}  # CIDEr-D: defined for short captions too
 
     notes = [
-        f"captioning: {len(dataset.paths)} training images, {len(dataset)} captions, {len(valid_items)} validation images; vocabulary {len(pipeline.vocab)}",
+        f"captioning: {describe_images(dataset.paths)} for training, {len(dataset)} captions, {len(valid_items)} validation images; vocabulary {len(pipeline.vocab)}",
         *describe_gold(dataset.gold, "training captions"),
         describe_parameters(model),
     ]

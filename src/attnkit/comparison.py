@@ -14,7 +14,6 @@ for images, the alignment error rate for text, plus caption and translation qual
 from __future__ import annotations
 
 import itertools
-import random
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,7 +45,7 @@ from attnkit.analysis import (
 from attnkit.captioning import Captioner, ImageInput
 from attnkit.checkpoint import load_checkpoint
 from attnkit.data.batching import pad_sequences
-from attnkit.data.images import MOSAIC_PHOTOS, mosaic, open_mosaic, open_rgb
+from attnkit.data.images import MOSAIC_PHOTOS, mosaic, mosaic_arrangements, open_mosaic, open_rgb
 from attnkit.data.scenes import Scene, word_kind
 from attnkit.errors import UserError
 from attnkit.interfaces import EncoderOutput
@@ -407,20 +406,6 @@ class StudyInput:
     image: str | Path
     source: str
     target: str
-
-
-def mosaic_arrangements(inputs: int, seed: int) -> list[list[int]]:
-    """For each input i, the four inputs of its mosaic in quadrant order: i and three others drawn at random, the
-    order shuffled, all from ``seed`` (so a study can be repeated and its arrangements are recorded)."""
-    if inputs < MOSAIC_PHOTOS:
-        raise UserError(f"a mosaic study needs at least {MOSAIC_PHOTOS} inputs (photos with their sentences), got {inputs}")
-    generator = random.Random(seed)
-    arrangements = []
-    for i in range(inputs):
-        order = [i, *generator.sample([j for j in range(inputs) if j != i], MOSAIC_PHOTOS - 1)]
-        generator.shuffle(order)
-        arrangements.append(order)
-    return arrangements
 
 
 class LocalisationTally:

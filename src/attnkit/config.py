@@ -143,6 +143,7 @@ class DataConfig(_Checked):
     max_target_length: int = checked(50, at_least(1))  # longer training pairs are skipped
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     feature_cache: str = "cache/features"  # captioning: the frozen image-encoder blocks' output cached here ("" : off)
+    mosaic_share: float = checked(0.0, PROBABILITY)  # captioning: this share of the training photos is also seen in a 2 x 2 mosaic of training photos (seeded), with its own captions
     text_path: str = ""  # task multitask: the parallel-text dataset (data.path is then the captioning dataset)
 
 
@@ -306,6 +307,8 @@ class ExperimentConfig(_Checked):
                 f"config key text_encoder.max_positions: {text.max_positions} learned positions cannot read sources of "
                 f"data.max_source_length {self.data.max_source_length}; raise it or use positions: sinusoidal"
             )
+        if self.data.mosaic_share > 0 and self.train.attention_supervision > 0:
+            raise UserError("config key data.mosaic_share cannot go with train.attention_supervision: the gold cells are those of one photo's grid, not a mosaic's")
         if self.decoder.family == "transformer" and self.train.teacher_forcing < 1:
             raise UserError("config key train.teacher_forcing: scheduled sampling belongs to the rnn decoder family (a transformer decoder trains on the gold prefix in parallel)")
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from attnkit.captioning import CaptionPipeline, caption_training_set, caption_validation, parameter_groups, record_weights
+from attnkit.captioning import CaptionPipeline, caption_training_set, caption_validation, describe_images, parameter_groups, record_weights
 from attnkit.checkpoint import Checkpoint
 from attnkit.config import ExperimentConfig
 from attnkit.data.batching import BucketBatchSampler, TaskMixSampler
@@ -115,7 +115,7 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
         return {**{f"caption_{k}": v for k, v in caption.items()}, **translation, "score": round(sum(scores) / len(scores), 2)}
 
     notes = [
-        f"multitask: {len(caption_set)} captions of {len(caption_set.paths)} images and {len(text_set)} {source_lang}->{target_lang} pairs; "
+        f"multitask: {len(caption_set)} captions of {describe_images(caption_set.paths)} and {len(text_set)} {source_lang}->{target_lang} pairs; "
         f"{share:.0%} of the batches caption; vocabulary {len(text.source_vocab)} / {len(text.target_vocab)} (shared by both tasks)",
         *describe_gold(caption_set.gold, "training captions"),
         *describe_gold(text_set.gold, "training pairs"),

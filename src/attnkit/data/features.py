@@ -12,7 +12,8 @@ pooled grid, or (C', H', W') the frozen prefix's map when the last blocks fine-t
   normalisation and this module's format version. Another backbone, grid or
   weights file therefore lands in another folder: stale features are never read.
 * The **image key** hashes the image's absolute path, size and modification
-  time: an edited image is a miss.
+  time: an edited image is a miss. A training mosaic (:class:`~attnkit.data.images.MosaicFile`)
+  hashes its four photos' keys in quadrant order.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnkit.data.images import load_image, open_rgb
+from attnkit.data.images import ImageSource, MosaicFile, load_image_source, open_rgb
 from attnkit.files import save_torch_atomic, write_text_atomic
 
 FORMAT_VERSION = 1
@@ -71,19 +72,17 @@ class FeatureCache:
             write_text_atomic(info, json.dumps(identity, indent=2) + "\n")
         self.stats = CacheStats()
 
-    def _entry(self, image: Path) -> Path:
-        stat = image.stat()
-        key = hashlib.sha256(f"{image.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:24]
-        return self.folder / f"{key}.pt"
+    def _entry(self, image: ImageSource) -> Path:
+        return self.folder / f"{hashlib.sha256(_file_key(image).encode()).hexdigest()[:24]}.pt"
 
-    def get(self, images: Sequence[str | Path], compute: Callable[[Tensor], Tensor], batch_size: int = 32) -> Tensor:
-        """(N, C, g, g) float16 features of ``images``; ``compute`` maps (B, 3, H, W) pixels to (B, C, g, g) (or to the
-        frozen prefix's (B, C', H', W')).
+    def get(self, images: Sequence[str | Path | MosaicFile], compute: Callable[[Tensor], Tensor], batch_size: int = 32) -> Tensor:
+        """(N, C, g, g) float16 features of ``images`` (files, or mosaics of four); ``compute`` maps (B, 3, H, W)
+        pixels to (B, C, g, g) (or to the frozen prefix's (B, C', H', W')).
 
         Raises ImageError for the first unreadable image (check images beforehand to skip bad ones).
         """
-        paths = [Path(p) for p in images]
-        for path in paths:
+        paths = [image if isinstance(image, MosaicFile) else Path(image) for image in images]
+        for path in (photo for image in paths for photo in (image.photos if isinstance(image, MosaicFile) else (image,))):
             if not path.is_file():
                 open_rgb(path)  # raises the ImageError that says what is wrong (missing, a directory ...)
         entries = [self._entry(p) for p in paths]
@@ -102,10 +101,18 @@ class FeatureCache:
         size, normalization = self.identity["image_size"], self.identity["normalization"]
         for start in range(0, len(missing), batch_size):
             chunk = missing[start : start + batch_size]
-            pixels = torch.stack([load_image(paths[i], size, normalization) for i in chunk])  # (B, 3, H, W)
+            pixels = torch.stack([load_image_source(paths[i], size, normalization) for i in chunk])  # (B, 3, H, W)
             with torch.no_grad():
                 features = compute(pixels).to("cpu", torch.float16)  # (B, C, g, g)
             for i, feature in zip(chunk, features):
                 save_torch_atomic(entries[i], feature.clone(), durable=False)  # a damaged entry is recomputed
                 found[i] = feature
         return torch.stack([found[i] for i in range(len(paths))]) if paths else torch.empty(0)
+
+
+def _file_key(image: ImageSource) -> str:
+    """What identifies an image file's content: its absolute path, size and modification time (a mosaic: its photos')."""
+    if isinstance(image, MosaicFile):
+        return "mosaic|" + "|".join(_file_key(photo) for photo in image.photos)
+    stat = image.stat()
+    return f"{image.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"

@@ -7,7 +7,9 @@ message naming the file, so a script can report it and go on with the others.
 
 from __future__ import annotations
 
+import random
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -112,3 +114,38 @@ def open_mosaic(paths: list[str | Path], size: int) -> Image.Image:
     """The mosaic of four photo files; a missing or unreadable one is an :class:`ImageError` naming it."""
     _check_mosaic_photos(len(paths))  # before reading any of them
     return mosaic([open_rgb(path) for path in paths], size)
+
+
+def mosaic_arrangements(inputs: int, seed: int, described: list[int] | None = None) -> list[list[int]]:
+    """For each input i of ``described`` (default: every input), the four inputs of its mosaic in quadrant order:
+    i and three others drawn at random, the order shuffled, all from ``seed`` (so a study or a training set can be
+    repeated, and its arrangements recorded)."""
+    if inputs < MOSAIC_PHOTOS:
+        raise UserError(f"a mosaic needs at least {MOSAIC_PHOTOS} inputs (photos with their sentences), got {inputs}")
+    generator = random.Random(seed)
+    arrangements = []
+    for i in range(inputs) if described is None else described:
+        order = [i, *generator.sample([j for j in range(inputs) if j != i], MOSAIC_PHOTOS - 1)]
+        generator.shuffle(order)
+        arrangements.append(order)
+    return arrangements
+
+
+@dataclass(frozen=True)
+class MosaicFile:
+    """Four photo files read as one 2 x 2 mosaic (row-major): a training image that exists only as its parts."""
+
+    photos: tuple[Path, ...]
+
+    def __post_init__(self) -> None:
+        _check_mosaic_photos(len(self.photos))
+
+
+ImageSource = Path | MosaicFile  # what a caption dataset's image is: one photo file, or a mosaic of four
+
+
+def load_image_source(image: ImageSource, size: int, normalization: tuple[tuple[float, ...], tuple[float, ...]]) -> Tensor:
+    """(3, size, size) pixels of a photo file or of a mosaic of four."""
+    if isinstance(image, MosaicFile):
+        return image_tensor(open_mosaic(list(image.photos), size), size, normalization)
+    return load_image(image, size, normalization)
