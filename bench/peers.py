@@ -676,6 +676,15 @@ class JoeyTraining:
     exit_code: int
 
 
+def _default_sigint() -> None:
+    """In the child before it runs: SIGINT back to its default action.
+
+    A benchmark started in the background (``nohup ... &``) inherits SIGINT ignored, and a Python
+    started with SIGINT ignored never raises KeyboardInterrupt: Joey would not hear the budget's end.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_joey_training(command: Sequence[str], train_log: Path, budget_seconds: float, console: Path, env: Mapping[str, str]) -> JoeyTraining:
     """Start Joey's training; from the line ``EPOCH 1`` of ``train_log`` on, give it ``budget_seconds``, then SIGINT.
 
@@ -683,7 +692,7 @@ def run_joey_training(command: Sequence[str], train_log: Path, budget_seconds: f
     """
     console.parent.mkdir(parents=True, exist_ok=True)
     with console.open("w", encoding="utf-8") as out:
-        process = subprocess.Popen(list(command), stdout=out, stderr=subprocess.STDOUT, env=dict(env), cwd=ROOT)
+        process = subprocess.Popen(list(command), stdout=out, stderr=subprocess.STDOUT, env=dict(env), cwd=ROOT, preexec_fn=_default_sigint)
     try:
         launched = time.monotonic()
         while not (train_log.is_file() and _JOEY_FIRST_EPOCH.search(train_log.read_text(encoding="utf-8", errors="replace"))):

@@ -10,6 +10,7 @@ import inspect
 import json
 import math
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -372,6 +373,18 @@ def test_the_budget_stops_joey_with_sigint_and_counts_from_its_first_epoch(peers
     assert 1.0 <= run.seconds < 5.0  # the budget, not the 60 s the trainer would run on
     log = peers.parse_joey_log((tmp_path / "model" / "train.log").read_text())
     assert log.interrupted == {"epoch": 1, "step": 7}
+
+
+def test_the_budget_stops_joey_when_the_benchmark_itself_ignores_sigint(peers, tmp_path):
+    """As under ``nohup ... &``: the benchmark inherits SIGINT ignored; Joey must still hear it."""
+    env = peers.thread_environment(1, joey=True)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        run = peers.run_joey_training(fake_joey(tmp_path, "long"), tmp_path / "model" / "train.log", 1.0, tmp_path / "console.log", env)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert run.interrupted and run.exit_code == 0
+    assert peers.parse_joey_log((tmp_path / "model" / "train.log").read_text()).interrupted == {"epoch": 1, "step": 7}
 
 
 def test_a_joey_that_ends_within_the_budget_is_not_interrupted(peers, tmp_path):
