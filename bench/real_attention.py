@@ -2,7 +2,7 @@
 
 Run from the project root::
 
-    python bench/real_attention.py                  # full: trains tasks/configs/flickr8k_multi30k.yaml, then the study
+    python bench/real_attention.py                  # full: trains tasks/configs/flickr8k_multi30k_transformer.yaml, then the study
     python bench/real_attention.py --evaluate-only  # the study again on the joint model an earlier run left in --out
     python bench/real_attention.py --quick          # a tiny model on a slice of the data, 6 study photos (a smoke check)
     python bench/real_attention.py --evaluate-only --captioner runs/bench-flickr8k/attention/best.pt \\
@@ -88,7 +88,7 @@ FLICKR8K_TEST_LIST = Path("flickr8k") / "Flickr_8k.testImages.txt"
 QUICK = {"train": 24, "valid": 6, "pairs": 300, "photos": 6}
 QUICK_MODEL = [  # a tiny model: the steps run end to end in seconds
     "text_encoder.embedding_size=16", "text_encoder.hidden_size=16", "image_encoder.memory_size=32",
-    "decoder.embedding_size=16", "decoder.hidden_size=32", "train.epochs=2", "train.max_minutes=0", "train.batch_size=16",
+    "decoder.embedding_size=32", "decoder.hidden_size=32", "train.epochs=2", "train.max_minutes=0", "train.batch_size=16",
 ]  # fmt: skip
 
 
@@ -225,7 +225,7 @@ def quality(captioner: Captioner, translator: Translator, captions: Path, pairs:
 
 def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=str(ROOT / "tasks/configs/flickr8k_multi30k.yaml"))
+    parser.add_argument("--config", default=str(ROOT / "tasks/configs/flickr8k_multi30k_transformer.yaml"), help="the joint recipe (default: the Transformer decoder, chosen on validation)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override of the joint model")
     parser.add_argument("--data", default="", help="data root holding flickr8k/ and multi30k/ (default $ATTNKIT_DATA, else ../shared/data)")
     parser.add_argument("--out", default="", help="run folder (default runs/bench-real-attention, or runs/bench-real-attention-quick)")
