@@ -9,8 +9,10 @@ Run from the project root::
     python bench/image_memory.py --quick             # a tiny model on a slice of the data (a smoke check)
 
 Each candidate is ``tasks/configs/flickr8k.yaml`` (Show-Attend-Tell over frozen EfficientNet-Lite0 cells) with
-its overrides, trained for the same ``--epochs`` into ``--out``/NAME. Everything is measured on the Flickr8k
-*validation* photos (the choice is made there, never on the test photos):
+its overrides, trained for the same ``--epochs`` into ``--out``/NAME (NAME's letters, digits, '.' and '-'; a name
+that would leave ``--out`` or share a folder with another is refused, and a run there that this benchmark did not
+train is never replaced). Every candidate's config is checked before the first one trains. Everything is measured
+on the Flickr8k *validation* photos (the choice is made there, never on the test photos):
 
 1. captions: BLEU-4 and CIDEr-D at beam 5 (all references), and the best greedy validation CIDEr-D of training;
 2. spread: each word's normalised entropy and effective cells (exp entropy) over its photo, its reference forced;
@@ -37,7 +39,7 @@ from pathlib import Path
 
 from attnkit.captioning import Captioner, train_captioning
 from attnkit.checkpoint import load_checkpoint
-from attnkit.cli import positive_int
+from attnkit.cli import check_output_folder, positive_int
 from attnkit.comparison import caption_attention_study
 from attnkit.config import load_config
 from attnkit.data.captions import image_root, read_caption_split, write_caption_dataset
@@ -45,6 +47,7 @@ from attnkit.data.images import MOSAIC_PHOTOS
 from attnkit.errors import UserError, run_cli
 from attnkit.files import write_text_atomic
 from attnkit.model import count_parameters
+from attnkit.run_folder import CHECKPOINTS
 from attnkit.train import TrainingProgress
 from machine import busy_cores, print_result, project_path
 
@@ -65,6 +68,8 @@ CANDIDATES = {
 QUICK = {"train": 40, "valid": 8}  # photos per split in --quick mode
 QUICK_MODEL = ["decoder.embedding_size=16", "decoder.hidden_size=32", "decoder.attention_size=16", "image_encoder.memory_size=32", "train.batch_size=16"]
 GROUPS = ("content", "function")  # the table's columns; punctuation is in the JSON
+OUTPUTS = ("table.md", "results.json")  # what the benchmark writes in --out, beside the candidates' run folders
+OWNER = ".image-memory-candidate"  # in each run folder the benchmark trains: the run there is its own, to replace on a rerun
 
 
 def parse_named(text: str, what: str) -> tuple[str, str]:
@@ -73,6 +78,44 @@ def parse_named(text: str, what: str) -> tuple[str, str]:
     if not colon or not name.strip():
         raise UserError(f"{what} {text!r} must look like 'NAME: ...'")
     return name.strip(), rest.strip()
+
+
+def parse_all(texts: list[str], what: str) -> dict[str, str]:
+    """Every 'NAME: REST' of an option by name; a name given twice is refused (a dict would keep only the last)."""
+    found: dict[str, str] = {}
+    for text in texts:
+        name, rest = parse_named(text, what)
+        if name in found:
+            raise UserError(f"{what} '{name}' is given twice: give each candidate a name of its own")
+        found[name] = rest
+    return found
+
+
+def run_folders(names: list[str], out: Path) -> dict[str, Path]:
+    """Each trained candidate's run folder, directly in ``out``: its name with runs of other characters than
+    letters, digits, '.' and '-' as '_' ("7x7, penalty 0" -> 7x7_penalty_0). A name that would leave ``out``
+    ('..'), be one of its files, or share a folder with another candidate is refused."""
+    folders: dict[str, Path] = {}
+    taken: dict[str, str] = {}
+    for name in names:
+        folder = re.sub(r"[^A-Za-z0-9.-]+", "_", name)  # no '/' is left: never below another folder
+        if not re.search(r"[A-Za-z0-9]", folder):  # '.' is --out itself, '..' the folder above it
+            raise UserError(f"--candidate '{name}': the name must hold a letter or a digit (it names the candidate's run folder in --out)")
+        if folder.lower() in OUTPUTS:
+            raise UserError(f"--candidate '{name}': its run folder would be --out's {folder}; choose another name")
+        other = taken.setdefault(folder.lower(), name)  # lower case: one folder on a case-insensitive file system
+        if other != name:
+            raise UserError(f"--candidate '{other}' and '{name}' would train into one folder ({out / folder}): give names that differ in letters or digits")
+        folders[name] = out / folder
+    return folders
+
+
+def check_ours(folders: dict[str, Path]) -> None:
+    """Before any training: a candidate's folder holds no run, or one this benchmark trained (its OWNER file),
+    which training replaces; a run of anyone else there is never overwritten."""
+    for name, folder in folders.items():
+        if any((folder / checkpoint).exists() for checkpoint in CHECKPOINTS) and not (folder / OWNER).is_file():
+            raise UserError(f"--candidate '{name}': {folder} holds a run this benchmark did not train (no {OWNER} in it); move it away or give another --out")
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -95,9 +138,8 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
-    trained = dict(parse_named(text, "--candidate") for text in args.candidate) if args.candidate else ({} if args.checkpoint else dict(CANDIDATES))
-    trained = {name: overrides.split() if isinstance(overrides, str) else overrides for name, overrides in trained.items()}
-    given = {name: Path(path) for name, path in (parse_named(text, "--checkpoint") for text in args.checkpoint)}
+    trained = {name: rest.split() for name, rest in parse_all(args.candidate, "--candidate").items()} if args.candidate else ({} if args.checkpoint else dict(CANDIDATES))
+    given = {name: Path(path) for name, path in parse_all(args.checkpoint, "--checkpoint").items()}
     for name, path in given.items():
         if not path.is_file():
             raise UserError(f"--checkpoint {name}: no checkpoint at {path}")
@@ -105,34 +147,46 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"candidate names must differ: {', '.join(sorted(set(trained) & set(given)))} is both trained and given")
     mode = "quick" if args.quick else "full"
     out = Path(args.out or ROOT / "runs" / f"bench-image-memory{'-quick' if args.quick else ''}")
-    folders = {name: out / re.sub(r"[^A-Za-z0-9.-]+", "_", name) for name in trained}  # "7x7, penalty 0" -> 7x7_penalty_0
+    check_output_folder(out, "--out", files=OUTPUTS)
+    folders = run_folders(list(trained), out)
     if args.evaluate_only:
         for name, folder in folders.items():
             if not (folder / "best.pt").is_file():
                 raise UserError(f"--evaluate-only: candidate '{name}' has no model in {folder} (train it first, or give its --out)")
-    busy_before = busy_cores()
+    else:
+        check_ours(folders)
+        for name, path in given.items():
+            trained_there = [candidate for candidate, folder in folders.items() if path.resolve().parent == folder.resolve()]
+            if trained_there:
+                raise UserError(f"--checkpoint {name}: {path} is in the run folder that candidate '{trained_there[0]}' trains into (it would be replaced before it is measured)")
     dataset = ROOT / "data" / "flickr8k"
-    if not (dataset / "dataset.json").is_file():
-        prepare_flickr8k.main(["--out", str(dataset)] + (["--data", args.data] if args.data else []))
     results = {}
     with tempfile.TemporaryDirectory(prefix="attnkit-image-memory-") as scratch:
-        data = dataset
+        data = Path(scratch) / "data" if args.quick else dataset
+        epochs, minutes = (2, 1.0) if args.quick else (args.epochs, args.minutes)
+        configs = {  # every candidate's config, checked before any data is prepared or any candidate trained
+            name: load_config(args.config, [f"output_dir={folders[name]}", f"data.path={data}", f"train.epochs={epochs}", f"train.max_minutes={minutes}",
+                                            *(QUICK_MODEL if args.quick else []), *overrides, *args.overrides])
+            for name, overrides in trained.items()
+        }  # fmt: skip
+        cache = load_config(args.config, args.overrides).data.feature_cache or None  # grid features of the frozen backbones
+        busy_before = busy_cores()
+        if not (dataset / "dataset.json").is_file():
+            prepare_flickr8k.main(["--out", str(dataset)] + (["--data", args.data] if args.data else []))
         if args.quick:
             splits = {split: read_caption_split(dataset, split)[:count] for split, count in QUICK.items()}
-            data = write_caption_dataset(Path(scratch) / "data", splits, image_root(dataset), info={"name": "flickr8k-quick", "subset_of": str(dataset)})
+            write_caption_dataset(data, splits, image_root(dataset), info={"name": "flickr8k-quick", "subset_of": str(dataset)})
         valid = read_caption_split(data, "valid")[: args.photos]
         if len(valid) < MOSAIC_PHOTOS:
             raise UserError(f"{len(valid)} validation photo(s): the mosaics need at least {MOSAIC_PHOTOS}")
-        epochs, minutes = (2, 1.0) if args.quick else (args.epochs, args.minutes)
-        cache = load_config(args.config, args.overrides).data.feature_cache or None  # grid features of the frozen backbones
         for name, overrides in trained.items():
-            config = load_config(args.config, [f"output_dir={folders[name]}", f"data.path={data}", f"train.epochs={epochs}", f"train.max_minutes={minutes}",
-                                               *(QUICK_MODEL if args.quick else []), *overrides, *args.overrides])  # fmt: skip
             if args.evaluate_only:
                 progress = TrainingProgress(**load_checkpoint(folders[name] / "last.pt").training["progress"])
             else:
-                print(f"image memory ({mode}): training '{name}' ({' '.join(overrides) or 'the recipe'}) into {folders[name]} (a previous run there is replaced)")
-                progress = train_captioning(config, overwrite=True, progress_bar=not args.no_progress)
+                print(f"image memory ({mode}): training '{name}' ({' '.join(overrides) or 'the recipe'}) into {folders[name]} (a previous run of it there is replaced)")
+                folders[name].mkdir(parents=True, exist_ok=True)
+                write_text_atomic(folders[name] / OWNER, f"{name}\n")  # before training: a run left half-done is still known as ours
+                progress = train_captioning(configs[name], overwrite=True, progress_bar=not args.no_progress)
             results[name] = {"overrides": overrides, "training": training_summary(progress)}
         for name, path in given.items():
             run_end = path.parent / "last.pt"  # the whole run's time and epochs, where the run folder is there

@@ -13,13 +13,19 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 @pytest.fixture
-def image_memory(monkeypatch):
-    needs_shared("flickr8k", "images")
+def bench(monkeypatch):
+    """The benchmark's module, for what it checks before it reads any data."""
     monkeypatch.syspath_prepend(str(BENCH))
     import image_memory
 
     yield image_memory
     sys.modules.pop("image_memory", None)
+
+
+@pytest.fixture
+def image_memory(bench):
+    needs_shared("flickr8k", "images")
+    return bench
 
 
 @pytest.mark.slow
@@ -57,3 +63,55 @@ def test_two_candidates_train_and_are_measured_in_one_table(image_memory, tmp_pa
 def test_bad_input_is_one_clear_message(image_memory, tmp_path, argv, message):
     with pytest.raises(UserError, match=message):
         image_memory.main([*argv, "--quick", "--out", str(tmp_path / "out")])
+
+
+@pytest.fixture
+def no_work(bench, monkeypatch):
+    """Training or preparing data is a failure of these tests: everything they check comes before it."""
+
+    def refused(*args, **kwargs):
+        raise AssertionError("work started before the bad input was refused")
+
+    monkeypatch.setattr(bench, "train_captioning", refused)
+    monkeypatch.setattr(bench, "busy_cores", refused)
+    monkeypatch.setattr(bench.prepare_flickr8k, "main", refused)
+    return bench
+
+
+@pytest.mark.parametrize(
+    "candidates, message",
+    [
+        (["..: train.lr=0.001"], "the name must hold a letter or a digit"),
+        (["x y:", "x_y: train.lr=0.001"], "--candidate 'x y' and 'x_y' would train into one folder"),
+        (["Recipe:", "recipe: train.lr=0.001"], "would train into one folder"),  # one folder on a case-insensitive disk
+        (["a:", "a: train.lr=0.001"], "--candidate 'a' is given twice"),
+        (["results.json:"], "its run folder would be --out's results.json"),
+        (["good:", "bad: train.epochz=3"], "unknown config key train.epochz"),  # found before 'good' trains
+    ],
+)
+def test_bad_candidates_are_refused_before_any_work(no_work, tmp_path, candidates, message):
+    with pytest.raises(UserError, match=message):
+        no_work.main(["--quick", "--out", str(tmp_path / "out"), *(a for c in candidates for a in ("--candidate", c))])
+
+
+def test_a_run_the_benchmark_did_not_train_is_never_replaced(no_work, tmp_path):
+    run = tmp_path / "x"
+    run.mkdir()
+    (run / "last.pt").write_bytes(b"someone's run")
+    with pytest.raises(UserError, match="must hold a letter or a digit"):  # '..' of --out x/bench is x
+        no_work.main(["--quick", "--out", str(run / "bench"), "--candidate", "..: train.lr=0.001"])
+    with pytest.raises(UserError, match=f"{run} holds a run this benchmark did not train"):
+        no_work.main(["--quick", "--out", str(tmp_path), "--candidate", "x: train.lr=0.001"])
+    assert (run / "last.pt").read_bytes() == b"someone's run" and sorted(p.name for p in tmp_path.iterdir()) == ["x"]
+
+
+def test_a_run_the_benchmark_trained_is_replaced_and_one_it_measures_is_not(bench, tmp_path):
+    folders = bench.run_folders(["7x7, penalty 0", "v1.5-b"], tmp_path)
+    assert folders == {"7x7, penalty 0": tmp_path / "7x7_penalty_0", "v1.5-b": tmp_path / "v1.5-b"}
+    ours = folders["7x7, penalty 0"]
+    ours.mkdir()
+    (ours / "best.pt").write_bytes(b"an earlier run of the benchmark")
+    (ours / bench.OWNER).write_text("7x7, penalty 0\n")
+    bench.check_ours(folders)  # no error: the benchmark's own run, which training replaces
+    with pytest.raises(UserError, match="it would be replaced before it is measured"):
+        bench.main(["--quick", "--out", str(tmp_path), "--candidate", "7x7, penalty 0:", "--checkpoint", f"old: {ours / 'best.pt'}"])
