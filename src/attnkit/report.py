@@ -36,7 +36,7 @@ from attnkit.comparison import (
 from attnkit.data.scenes import generate_scenes
 from attnkit.errors import UserError
 from attnkit.files import write_text_atomic
-from attnkit.viz import overlays, plot_cross_modal, plot_distributions, plot_head_tables
+from attnkit.viz import display_image, overlays, plot_cross_modal, plot_distributions, plot_head_tables
 
 SCENE_SPLITS = ("test", "compositional")  # in-distribution held-out scenes, then unseen colour-shape pairs
 
@@ -237,7 +237,7 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
   <div class="panel"><h2>image: <span id="current-word"></span></h2><img id="image-map" alt="attention over the image">
     <canvas id="image-canvas" width="320" height="320" style="display: none"></canvas><div id="image-stats"></div></div>
   <div class="panel"><h2>source words</h2><div id="source-bars">{bars}</div><div id="text-stats"></div></div>
-  <div class="panel"><h2>input</h2><img id="input-image" src="{_png_data_url(image.convert("RGB").resize((320, 320)))}" width="160" height="160" alt="input image"></div>
+  <div class="panel"><h2>input</h2><img id="input-image" src="{_png_data_url(display_image(image).convert("RGB").resize((320, 320)))}" width="160" height="160" alt="input image"></div>
 </div>
 <table><tr><th>target word</th><th>image entropy</th><th>image peak</th><th>image eff. cells</th><th>text entropy</th><th>text peak</th><th>text eff. words</th>{erasure_heads}</tr>{rows}</table>
 <table><tr><th>modality</th><th>entropy (nats)</th><th>peak</th><th>effective positions</th><th>entropy / log L</th><th>positions L</th></tr>{means}</table>

@@ -54,17 +54,32 @@ def attention_maps(attention: Tensor, grid: tuple[int, int], size: tuple[int, in
     return F.interpolate(maps, size=size, mode="bilinear", align_corners=False)[:, 0]  # (T, H, W)
 
 
+DISPLAY_PIXELS = 320  # the long side of a photo as a figure or report shows it (a panel is about 2 inches at 110 dpi)
+
+
+def display_image(image, longest: int = DISPLAY_PIXELS):
+    """``image`` (PIL) no larger than ``longest`` pixels on its long side, for drawing: a photo of many megapixels
+    blended with one map per word at full size costs seconds and gigabytes per word, and shows nothing more."""
+    from PIL import Image
+
+    width, height = image.size
+    if max(width, height) <= longest:
+        return image
+    scale = longest / max(width, height)
+    return image.resize((max(1, round(width * scale)), max(1, round(height * scale))), Image.Resampling.BICUBIC, reducing_gap=2.0)
+
+
 def plot_image_attention(image, words: Sequence[str], attention: Tensor, grid: tuple[int, int], path: str | Path, title: str = "", columns: int = 5) -> Path:
     """The image, then one panel per generated word with its attention map upsampled and overlaid.
 
-    ``image`` is a PIL image (shown as given); ``attention`` is (T, h*w) with T == len(words),
-    ``grid`` the (h, w) of the encoder's layout.
+    ``image`` is a PIL image (shown as given, at display size: :func:`display_image`); ``attention`` is
+    (T, h*w) with T == len(words), ``grid`` the (h, w) of the encoder's layout.
     """
     import numpy as np
 
     if attention.shape[0] != len(words) or attention.shape[1] != grid[0] * grid[1]:
         raise ValueError(f"attention is {tuple(attention.shape)} but there are {len(words)} words and a {grid[0]}x{grid[1]} grid")
-    pixels = np.asarray(image)
+    pixels = np.asarray(display_image(image))
     maps = attention_maps(attention, grid, pixels.shape[:2]).numpy()
     panels = 1 + len(words)
     rows = (panels + columns - 1) // columns
@@ -95,12 +110,12 @@ def save_figure(figure, path: str | Path) -> Path:
 
 
 def overlays(image, attention: Tensor, grid: tuple[int, int], alpha: float = 0.5) -> list:
-    """PIL images, one per row of ``attention`` (T, L): ``image`` with that row's map over its (h, w) grid
-    upsampled and blended in."""
+    """PIL images at display size (:func:`display_image`), one per row of ``attention`` (T, L): ``image`` with
+    that row's map over its (h, w) grid upsampled and blended in."""
     import numpy as np
     from PIL import Image
 
-    pixels = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0  # (H, W, 3)
+    pixels = np.asarray(display_image(image).convert("RGB"), dtype=np.float32) / 255.0  # (H, W, 3)
     blended = []
     for heat in attention_maps(attention, grid, pixels.shape[:2]).numpy():  # (H, W) per step
         colours = matplotlib.colormaps["jet"](heat / max(float(heat.max()), 1e-8))[..., :3]  # (H, W, 3)
@@ -131,7 +146,7 @@ def plot_cross_modal(
             picture.imshow(pictures[t])
             picture.set_title(words[t], fontsize=11)
             if own is not None:  # the mosaic's quadrants
-                width, height = image.size
+                width, height = pictures[t].size
                 picture.axvline(width / 2, color="white", linewidth=0.8)
                 picture.axhline(height / 2, color="white", linewidth=0.8)
     matrix = figure.add_subplot(grid[blocks, :])
