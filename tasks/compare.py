@@ -40,7 +40,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnkit.cli import check_output_folder, int_in_range, non_negative_int, positive_int
+from attnkit.cli import check_output_folder, int_in_range, non_negative_int, positive_int, warn_overlong_sources
 from attnkit.analysis import EXTRACTIONS
 from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer
 from attnkit.data.images import MOSAIC_PHOTOS, open_rgb
@@ -60,7 +60,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--image", action="append", default=[], help=f"the image; given {MOSAIC_PHOTOS} times, the photos of a 2 x 2 mosaic (row-major)")
     parser.add_argument("--source", action="append", default=[], help="a source-language sentence about the image (one per --image)")
     parser.add_argument("--target", help="the target sentence forced through both (default: the caption decoded from the image)")
-    parser.add_argument("--own", type=int_in_range(0, MOSAIC_PHOTOS - 1), default=0, help="a mosaic: which input (0-3) the target describes")
+    parser.add_argument("--own", type=int_in_range(0, MOSAIC_PHOTOS - 1), default=None, help="a mosaic: which input (0-3) the target describes (default 0)")
     parser.add_argument("--scenes", type=non_negative_int, default=0, metavar="N", help="instead of --image/--source: evaluate on N generated held-out scenes per split")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated scenes")
     parser.add_argument("--scene-size", type=int_in_range(*SCENE_SIZES), default=128, help="side of the generated scene images in pixels")
@@ -84,8 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.checkpoint and not (args.caption_checkpoint and args.translation_checkpoint):
         raise UserError("give a joint checkpoint, or both a captioning and a translation checkpoint: --checkpoint, or --caption-checkpoint and --translation-checkpoint")
     if args.scenes:
-        if args.image or args.source or args.target:
-            raise UserError("--scenes evaluates generated scenes: leave out --image, --source and --target")
+        if args.image or args.source or args.target or args.own is not None:
+            raise UserError("--scenes evaluates generated scenes: leave out --image, --source, --target and --own")
         check_output_folder(out, "--out", files=SCENE_FILES, folders=["example"])
         check_output_folder(out / "example", "--out", files=COMPARISON_FILES)
     else:
@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UserError("give --image and --source (or --scenes N)")
         if len(args.image) != len(args.source) or len(args.image) not in (1, MOSAIC_PHOTOS):
             raise UserError(f"give one --image and one --source, or {MOSAIC_PHOTOS} of each for a mosaic; got {len(args.image)} and {len(args.source)}")
-        if args.own and len(args.image) == 1:
+        if args.own is not None and len(args.image) == 1:  # --own 0 too: it is not silently dropped
             raise UserError(f"--own picks the described input of a mosaic: give {MOSAIC_PHOTOS} --image and --source, or leave --own out")
         check_output_folder(out, "--out", files=COMPARISON_FILES)
         images = [open_rgb(image) for image in args.image]  # an unreadable photo is named before the models load
@@ -101,9 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.scenes:
         outputs = compare_scenes(comparer, out, args.scenes, args.seed, args.scene_size, args.beam, extraction=args.extraction)
     elif len(images) == 1:
+        warn_overlong_sources(comparer.translator, args.source, what="source sentence")  # a mosaic's joined source is never cut: too long is refused
         outputs = write_comparison(comparer, images[0], args.source[0], args.target, out)
     else:
-        outputs = write_mosaic_comparison(comparer, images, args.source, args.target, args.own, out)
+        outputs = write_mosaic_comparison(comparer, images, args.source, args.target, args.own or 0, out)
     for path, what in outputs:
         print(f"{path}: {what}")
     return 0

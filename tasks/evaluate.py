@@ -27,11 +27,19 @@ from pathlib import Path
 from attnkit.captioning import TASK as CAPTIONING, Captioner
 from attnkit.checkpoint import load_checkpoint
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split, read_flickr8k_captions
-from attnkit.cli import check_input_file, check_output_file, check_output_folder, input_lines, non_negative_int, positive_int
+from attnkit.cli import check_input_file, check_output_file, check_output_folder, input_lines, non_negative_int, positive_int, warn_overlong_sources
 from attnkit.data.text import read_parallel
 from attnkit.errors import UserError, run_cli
 from attnkit.model import MULTITASK
 from attnkit.translation import TASK as TRANSLATION, Translator
+
+# The options of one task only, by task: (option, its name in the parsed arguments).
+TASK_OPTIONS = {
+    TRANSLATION: (("--source", "source"), ("--reference", "reference"), ("--output", "output"), ("--replace-unk", "replace_unk")),
+    CAPTIONING: (("--images", "images"), ("--captions", "captions"), ("--cache", "cache")),
+}
+TASKS = {"caption": CAPTIONING, "translate": TRANSLATION}  # --task's choices
+DOES = {CAPTIONING: "captions", TRANSLATION: "translates"}
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -49,7 +57,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", metavar="FILE", help="translation: also write the translations here, one per line")
     parser.add_argument("--replace-unk", action="store_true", help="translation: the source word the attention peaks on in place of each <unk>")
     parser.add_argument("--cache", metavar="DIR", help="captioning: feature cache folder for a frozen encoder (default: none)")
-    parser.add_argument("--task", choices=("caption", "translate"), help="a joint (multitask) checkpoint with --split: which task to score")
+    parser.add_argument("--task", choices=tuple(TASKS), help="a joint (multitask) checkpoint with --split: which task to score (another checkpoint does only its own)")
     parser.add_argument("--device", default="auto")
     return parser
 
@@ -57,22 +65,40 @@ def get_args_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
     checkpoint = load_checkpoint(args.checkpoint)
-    task = checkpoint.task
-    if task == MULTITASK:  # a joint model does both: the inputs (or --task) say which
-        if args.source or args.reference or args.output or args.replace_unk or args.task == "translate":
-            task = TRANSLATION
-        elif args.images or args.captions or args.task == "caption":
-            task = CAPTIONING
-        else:
-            raise UserError("this joint checkpoint captions and translates: add --task caption or --task translate")
-    if task == TRANSLATION:
-        result = evaluate_translation(args, checkpoint)
-    elif task == CAPTIONING:
-        result = evaluate_captioning(args, checkpoint)
-    else:
-        raise UserError(f"{args.checkpoint} is a '{checkpoint.task}' checkpoint; evaluate.py scores {TRANSLATION}, {CAPTIONING} and {MULTITASK} checkpoints")
+    task = chosen_task(args, checkpoint.task)
+    result = evaluate_translation(args, checkpoint) if task == TRANSLATION else evaluate_captioning(args, checkpoint)
     print(json.dumps({"checkpoint": args.checkpoint, **result}, ensure_ascii=False))
     return 0
+
+
+def given_options(args: argparse.Namespace, task: str) -> list[str]:
+    """The options of ``task`` alone that were given."""
+    return [option for option, name in TASK_OPTIONS[task] if getattr(args, name)]
+
+
+def chosen_task(args: argparse.Namespace, checkpoint_task: str) -> str:
+    """The task to score: the checkpoint's, or for a joint checkpoint the one that --task or the options ask for.
+    A request the checkpoint cannot do, or options of the other task, is one clear error (never silently ignored)."""
+    asked = TASKS.get(args.task)
+    if checkpoint_task in DOES:
+        if asked is not None and asked != checkpoint_task:
+            raise UserError(f"--task {args.task}: {args.checkpoint} is a {checkpoint_task} checkpoint, not a joint one; it only {DOES[checkpoint_task]} (leave --task out)")
+        return checkpoint_task
+    if checkpoint_task != MULTITASK:
+        raise UserError(f"{args.checkpoint} is a '{checkpoint_task}' checkpoint; evaluate.py scores {TRANSLATION}, {CAPTIONING} and {MULTITASK} checkpoints")
+    by_options = [task for task in TASK_OPTIONS if given_options(args, task)]  # a joint model does both: --task or the options say which
+    if asked is not None and set(by_options) - {asked}:
+        other = TRANSLATION if asked == CAPTIONING else CAPTIONING
+        raise UserError(f"--task {args.task} does not go with {', '.join(given_options(args, other))} (options of {other}): this joint checkpoint scores one task at a time")
+    if len(by_options) > 1:
+        raise UserError(
+            f"{', '.join(given_options(args, TRANSLATION))} ({TRANSLATION}) and {', '.join(given_options(args, CAPTIONING))} ({CAPTIONING}) do not go together: "
+            "this joint checkpoint scores one task at a time; give the options of one"
+        )
+    task = asked or (by_options[0] if by_options else None)
+    if task is None:
+        raise UserError("this joint checkpoint captions and translates: add --task caption or --task translate")
+    return task
 
 
 def check_paths(args: argparse.Namespace) -> None:
@@ -93,8 +119,8 @@ def check_paths(args: argparse.Namespace) -> None:
 
 
 def evaluate_translation(args: argparse.Namespace, checkpoint) -> dict:
-    if args.images or args.captions:
-        raise UserError("--images/--captions are for captioning checkpoints; this one translates (use --source/--reference)")
+    if wrong := given_options(args, CAPTIONING):
+        raise UserError(f"{'/'.join(wrong)} {'is' if len(wrong) == 1 else 'are'} for captioning checkpoints; this one translates (use --source/--reference)")
     if bool(args.source) != bool(args.reference):
         raise UserError("--source and --reference go together")
     if bool(args.split) == bool(args.source):
@@ -114,13 +140,14 @@ def evaluate_translation(args: argparse.Namespace, checkpoint) -> dict:
     if args.limit > 0:
         pairs = pairs[: args.limit]
     translator = Translator.from_checkpoint(checkpoint, device=args.device)
+    warn_overlong_sources(translator, (source for source, _ in pairs))  # scored all the same, as translate.py translates them
     scores = translator.evaluate(pairs, beam_size=args.beam, batch_size=args.batch_size, hypotheses_file=args.output, replace_unknown=args.replace_unk)
     return {**what, **scores}
 
 
 def evaluate_captioning(args: argparse.Namespace, checkpoint) -> dict:
-    if args.source or args.reference or args.output or args.replace_unk:
-        raise UserError("--source/--reference/--output/--replace-unk are for translation checkpoints; this one captions (use --images/--captions)")
+    if wrong := given_options(args, TRANSLATION):
+        raise UserError(f"{'/'.join(wrong)} {'is' if len(wrong) == 1 else 'are'} for translation checkpoints; this one captions (use --images/--captions)")
     if bool(args.images) != bool(args.captions):
         raise UserError("--images and --captions go together")
     if bool(args.split) == bool(args.images):

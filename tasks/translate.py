@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from itertools import chain, islice
 
-from attnkit.cli import add_search_arguments, beam_for, check_output_file, input_lines, numbered_path, stdin_lines
+from attnkit.cli import add_search_arguments, beam_for, check_output_file, input_lines, numbered_path, stdin_lines, warn_cut_sources
 from attnkit.errors import UserError, run_cli
 from attnkit.translation import Translation, Translator
 from attnkit.viz import plot_attention_matrix
@@ -86,7 +86,7 @@ def print_translations(number: int, nbest: list[Translation], n_best: int, max_s
         print()
         return 1
     if best.truncated:
-        print(f"warning: sentence {number} has more than {max_source_length} words; only the first ones were translated", file=sys.stderr)
+        warn_cut_sources([number], max_source_length)
     if n_best == 1:
         print(best.text)
     else:

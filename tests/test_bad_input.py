@@ -38,11 +38,12 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def checkpoints(checkpoint, tmp_path_factory):
-    """By task: the translator, and the same file labelled as a captioning checkpoint (evaluate.py reads the
-    task to know which options apply, and checks the paths before it builds a model)."""
-    captioning = tmp_path_factory.mktemp("relabelled") / "captioning.pt"
-    save_checkpoint(captioning, dataclasses.replace(load_checkpoint(checkpoint), task="captioning"))
-    return {"translation": checkpoint, "captioning": str(captioning)}
+    """By task: the translator, and the same file labelled as a captioning and as a joint checkpoint (evaluate.py
+    reads the task to know which options apply, and checks them and the paths before it builds a model)."""
+    relabelled = tmp_path_factory.mktemp("relabelled")
+    for task in ("captioning", "multitask"):
+        save_checkpoint(relabelled / f"{task}.pt", dataclasses.replace(load_checkpoint(checkpoint), task=task))
+    return {"translation": checkpoint, "captioning": str(relabelled / "captioning.pt"), "multitask": str(relabelled / "multitask.pt")}
 
 
 @pytest.fixture
@@ -122,7 +123,7 @@ SCRIPTS = {"translate": translate.main, "evaluate": evaluate.main, "caption": ca
 
 
 def script_and_checkpoint(name: str, checkpoints: dict) -> tuple:
-    """``evaluate-captioning``: evaluate.py with a captioning checkpoint; any other name: the script with the translator."""
+    """``evaluate-captioning``: evaluate.py with a captioning checkpoint (``-multitask``: a joint one); any other name: the script with the translator."""
     script, _, task = name.partition("-")
     return SCRIPTS[script], checkpoints[task or "translation"]
 
@@ -179,6 +180,28 @@ def test_a_numbered_figure_path_that_is_a_folder_stops_the_run_with_one_error(ch
     code, out, err = outcome(translate.main, ["--checkpoint", checkpoint, "--attention-png", str(tmp_path / "attn.png"), "a b", "c d"], capsys)
     assert_one_error(code, err, "attn-2.png: is a folder")
     assert len(out.splitlines()) == 2 and (tmp_path / "attn-1.png").stat().st_size > 0
+
+
+# ------------------------------------------------------------------ 2b. options the checkpoint or the other options cannot honour, never ignored
+
+CONFLICTS = [
+    ("evaluate", ["--task", "caption", "--split", "test"], "--task caption: {translation} is a translation checkpoint, not a joint one; it only translates"),
+    ("evaluate-captioning", ["--task", "translate", "--split", "test"], "--task translate: {captioning} is a captioning checkpoint, not a joint one; it only captions"),
+    ("evaluate-multitask", ["--task", "caption", "--source", "{good}", "--reference", "{good}"], "--task caption does not go with --source, --reference (options of translation)"),
+    ("evaluate-multitask", ["--task", "translate", "--split", "test", "--cache", "{folder}"], "--task translate does not go with --cache (options of captioning)"),
+    ("evaluate-multitask", ["--source", "{good}", "--reference", "{good}", "--images", "{folder}"], "--source, --reference (translation) and --images (captioning) do not go together"),
+    ("evaluate", ["--split", "test", "--cache", "{folder}"], "--cache is for captioning checkpoints; this one translates"),
+    ("compare", ["--own", "0", "--image", "{tmp}/image.png", "--source", "a b", "--out", "{tmp}/out"], "--own picks the described input of a mosaic"),
+    ("compare", ["--own", "1", "--scenes", "2", "--out", "{tmp}/out"], "leave out --image, --source, --target and --own"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("script, argv, message", CONFLICTS, ids=[f"{s}-{i}" for i, (s, _, _) in enumerate(CONFLICTS)])
+def test_options_that_would_be_ignored_are_one_clear_error(script, argv, message, checkpoints, files, capsys):
+    main, checkpoint = script_and_checkpoint(script, checkpoints)
+    code, out, err = outcome(main, ["--checkpoint", checkpoint, *expand(argv, files)], capsys)
+    assert_one_error(code, err, message.format(**files, **checkpoints))
+    assert out == "" and not (files["tmp"] / "out").exists()
 
 
 # ------------------------------------------------------------------ 3. numbers out of range

@@ -87,6 +87,37 @@ def test_bad_sentences_get_a_message_and_the_others_are_translated(checkpoint, c
     assert "Traceback" not in captured.err
 
 
+def test_evaluate_and_compare_warn_of_cut_sources_as_translate_does(checkpoint, tmp_path, capsys, monkeypatch):
+    from types import SimpleNamespace
+
+    from PIL import Image
+
+    from attnkit.cli import warn_cut_sources
+    from attnkit.translation import Translator
+    from tasks import compare
+
+    long = "a " * 60
+    (tmp_path / "source.txt").write_text(f"a b\n{long}\n")
+    (tmp_path / "reference.txt").write_text("B A\nA\n")
+    argv = ["--checkpoint", str(checkpoint), "--source", str(tmp_path / "source.txt"), "--reference", str(tmp_path / "reference.txt")]
+    assert run_cli(evaluate.main, argv) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["sentences"] == 2  # scored all the same
+    assert captured.err.splitlines() == ["warning: sentence 2 has more than 50 words; only the first 50 were read"]
+
+    # compare.py of one photo and sentence (the comparison itself stubbed: only what the translator reads matters here)
+    translator = Translator.from_checkpoint(checkpoint, device="cpu")
+    monkeypatch.setattr(compare.AttentionComparer, "from_checkpoints", lambda *args, **kwargs: SimpleNamespace(translator=translator))
+    monkeypatch.setattr(compare, "write_comparison", lambda *args, **kwargs: [])
+    Image.new("RGB", (8, 8)).save(tmp_path / "photo.png")
+    argv = ["--checkpoint", str(checkpoint), "--image", str(tmp_path / "photo.png"), "--source", long, "--out", str(tmp_path / "out")]
+    assert run_cli(compare.main, argv) == 0
+    assert capsys.readouterr().err.splitlines() == ["warning: source sentence 1 has more than 50 words; only the first 50 were read"]
+
+    warn_cut_sources(list(range(1, 14)), 50)  # many: one line
+    assert capsys.readouterr().err == "warning: sentences 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 3 more have more than 50 words; only the first 50 were read\n"
+
+
 def test_bad_input_is_one_clear_message_and_a_nonzero_exit(checkpoint, tmp_path, capsys):
     other_task = tmp_path / "caption.pt"
     loaded = load_checkpoint(checkpoint)

@@ -1,5 +1,6 @@
 """Pieces shared by the scripts in tasks/: option types, search options, input files read lazily with
-clear errors, output paths checked before any work starts, numbered output paths."""
+clear errors, the warning for source sentences cut to what a translator reads, output paths checked before any
+work starts, numbered output paths."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from attnkit.errors import UserError
 from attnkit.files import unreadable
+
+if TYPE_CHECKING:  # attnkit.translation imports torch and the models: not for every script's option parsing
+    from attnkit.translation import Translator
 
 T = TypeVar("T")
 
@@ -164,6 +168,29 @@ def batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
         yield batch
+
+
+# ---------------------------------------------------------------- source sentences a translator reads only the start of
+
+LISTED = 10  # sentence numbers a warning names before it says "and N more"
+
+
+def warn_cut_sources(numbers: Sequence[int], limit: int, what: str = "sentence") -> None:
+    """One warning on stderr for the source sentences ``numbers`` (from 1), longer than the ``limit`` words
+    (data.max_source_length) a translator reads: it reads only their first words."""
+    if not numbers:
+        return
+    listed = ", ".join(map(str, numbers[:LISTED])) + (f" and {len(numbers) - LISTED} more" if len(numbers) > LISTED else "")
+    subject = f"{what} {listed} has" if len(numbers) == 1 else f"{what}s {listed} have"
+    print(f"warning: {subject} more than {limit} words; only the first {limit} were read", file=sys.stderr)
+
+
+def warn_overlong_sources(translator: Translator, sentences: Iterable[str], what: str = "sentence") -> None:
+    """:func:`warn_cut_sources` for those of ``sentences`` that ``translator`` cuts (more words than its pipeline's
+    max_source_length), for a script that learns of the cut from no ``Translation.truncated``."""
+    pipeline = translator.pipeline
+    overlong = [number for number, sentence in enumerate(sentences, 1) if len(pipeline.source_tokenizer.tokenize(sentence)) > pipeline.max_source_length]
+    warn_cut_sources(overlong, pipeline.max_source_length, what)
 
 
 # ---------------------------------------------------------------- outputs (checked before any work starts)
