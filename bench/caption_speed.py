@@ -4,6 +4,7 @@ Run from the project root, with a captioning checkpoint trained on the Flickr8k 
 
     python bench/caption_speed.py --checkpoint runs/flickr8k/best.pt            # 490 test images
     python bench/caption_speed.py --checkpoint runs/flickr8k/best.pt --quick    # 128 images (about a minute)
+    python bench/caption_speed.py --checkpoint runs/flickr8k/best.pt --device cuda   # on a GPU (default: the CPU)
 
 Both sides decode the same test images with the same model, beam size and length
 limit; the popular Show-Attend-Tell tutorial's beam search decodes one image at a
@@ -28,10 +29,11 @@ import torch
 
 from attnkit.captioning import Captioner
 from attnkit.data.captions import image_root, read_caption_split
+from attnkit.distributed import resolve_device
 from attnkit.interfaces import GridFeatures
 from attnkit.errors import UserError, run_cli
 from attnkit.search import search
-from machine import busy_cores, print_result
+from machine import add_device_argument, busy_cores, print_result
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATIO = 10.0
@@ -45,6 +47,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--quick", action="store_true", help="decode 128 images instead of the whole test split")
+    add_device_argument(parser)
     return parser
 
 
@@ -61,14 +64,17 @@ def decode(captioner: Captioner, features: torch.Tensor, beam: int, batch_size: 
 
 def main(argv: list[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
+    device = resolve_device(args.device)
     busy_before = busy_cores()
-    captioner = Captioner.from_checkpoint(args.checkpoint, device="cpu", cache_dir=args.cache)
+    captioner = Captioner.from_checkpoint(args.checkpoint, device=str(device), cache_dir=args.cache)
     if captioner.cache is None:
         raise UserError("this benchmark needs a checkpoint with a frozen, pretrained image encoder (its features are cached)")
     items = read_caption_split(args.data, "test")[: 128 if args.quick else None]
     root = image_root(args.data)
-    features = captioner.cache.get([root / item.image for item in items], lambda pixels: captioner.model.encoder_for("image").cacheable_features(pixels))
-    print(f"caption_speed ({'quick' if args.quick else 'full'}): {len(items)} images, beam {args.beam}, torch threads {torch.get_num_threads()}")
+    encoder = captioner.model.encoder_for("image")
+    features = captioner.cache.get([root / item.image for item in items], lambda pixels: encoder.cacheable_features(pixels.to(device)))
+    features = features.to(device)  # on the device before the clock starts, as the cache's features are computed before it
+    print(f"caption_speed ({'quick' if args.quick else 'full'}): {len(items)} images, beam {args.beam}, on {device}, torch threads {torch.get_num_threads()}")
     if busy_before is not None and busy_before >= 0.25:
         print(f"note: other work kept {busy_before} core(s) busy just before the start; rerun on idle cores")
 
@@ -85,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "caption_speed",
         "mode": "quick" if args.quick else "full",
+        "device": str(device),
         "images": len(items),
         "beam_size": args.beam,
         "batch_size": args.batch_size,

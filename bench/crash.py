@@ -2,6 +2,7 @@
 
     python bench/crash.py                 # 20 kills (about 6 minutes on 2 CPU cores)
     python bench/crash.py --kills 4       # a smoke run
+    python bench/crash.py --device cuda   # the runs train on a GPU (default: the CPU)
 
 One uninterrupted reference run first. Then the same run again, killed ``--kills``
 times: every second kill at a random moment, the others while a checkpoint is being
@@ -36,10 +37,11 @@ from pathlib import Path
 import torch
 
 from attnkit.checkpoint import load_checkpoint
+from attnkit.distributed import resolve_device
 from attnkit.errors import UserError, run_cli
 from attnkit.files import temporary_files
 from attnkit.run_folder import CHECKPOINTS
-from machine import busy_cores, print_result
+from machine import add_device_argument, busy_cores, print_result
 
 ROOT = Path(__file__).resolve().parents[1]
 # The embedded Tatoeba corpus with a model big enough that a checkpoint write (about 10 MB with Adam's
@@ -49,7 +51,7 @@ RECIPE = [
     "--set", "text_encoder.embedding_size=64", "--set", "text_encoder.hidden_size=64",
     "--set", "decoder.embedding_size=64", "--set", "decoder.hidden_size=128", "--set", "decoder.attention_size=64",
     "--set", "decoder.dropout=0.2", "--set", "train.batch_size=64", "--set", "train.valid_max_examples=32",
-    "--set", "train.patience=0", "--set", "train.device=cpu",
+    "--set", "train.patience=0",
 ]  # fmt: skip
 
 
@@ -60,12 +62,13 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0, help="seed of the kill moments")
     parser.add_argument("--out", default=str(ROOT / "runs" / "bench-crash"))
+    add_device_argument(parser)
     return parser
 
 
-def train_command(run: Path, epochs: int, threads: int) -> list[str]:
+def train_command(run: Path, epochs: int, threads: int, device: torch.device = torch.device("cpu")) -> list[str]:
     last = run / "last.pt"
-    common = ["--no-progress", "--set", f"train.epochs={epochs}", "--set", f"train.threads={threads}"]
+    common = ["--no-progress", "--set", f"train.epochs={epochs}", "--set", f"train.threads={threads}", "--set", f"train.device={device}"]
     if last.exists():
         return [sys.executable, "tasks/train.py", "--resume", str(last), *common]
     return [sys.executable, "tasks/train.py", *RECIPE, "--set", f"output_dir={run}", *common]
@@ -138,6 +141,7 @@ def check_checkpoints(run: Path) -> tuple[int, int]:
 
 def main(argv=None) -> int:
     args = get_args_parser().parse_args(argv)
+    device = resolve_device(args.device)  # before the run folders are emptied
     out = Path(args.out)
     reference, crashed = out / "reference", out / "crashed"
     for run in (reference, crashed):
@@ -148,7 +152,7 @@ def main(argv=None) -> int:
     rng = random.Random(args.seed)
 
     started = time.perf_counter()
-    finish(start(train_command(reference, args.epochs, args.threads)))
+    finish(start(train_command(reference, args.epochs, args.threads, device)))
     reference_seconds = time.perf_counter() - started
     epoch_seconds = sum(json.loads(line)["epoch_seconds"] for line in (reference / "log.jsonl").read_text().splitlines()) / args.epochs
     print(f"reference run: {args.epochs} epochs in {reference_seconds:.0f} s ({epoch_seconds:.1f} s an epoch)")
@@ -157,7 +161,7 @@ def main(argv=None) -> int:
     while kills < args.kills and attempts < 3 * args.kills:
         number, attempts = attempts, attempts + 1
         epochs_left = args.epochs - epochs_saved(crashed)
-        process = start(train_command(crashed, args.epochs, args.threads))
+        process = start(train_command(crashed, args.epochs, args.threads, device))
         if number % 2 == 0:  # start-up takes about what the reference spent outside its epochs
             how = kill_at_random(process, rng, longest=0.9 * (reference_seconds - epoch_seconds * (args.epochs - epochs_left)))
         else:
@@ -175,7 +179,7 @@ def main(argv=None) -> int:
         epoch = epochs_saved(crashed) if not bad else "unreadable"
         print(f"kill {kills} ({how}): last.pt at epoch {epoch}; {found} checkpoint(s), {bad} corrupt; half-written: {leftovers or 'none'}")
 
-    finish(start(train_command(crashed, args.epochs, args.threads)))
+    finish(start(train_command(crashed, args.epochs, args.threads, device)))
     final, expected = load_checkpoint(crashed / "last.pt"), load_checkpoint(reference / "last.pt")
     same_weights = all(torch.equal(final.model[name], expected.model[name]) for name in expected.model)
     log = [json.loads(line)["epoch"] for line in (crashed / "log.jsonl").read_text().splitlines()]
@@ -186,6 +190,7 @@ def main(argv=None) -> int:
     return print_result(
         {
             "benchmark": "crash",
+            "device": str(device),
             "kills": kills,
             "kills_during_checkpoint_writes": landed_in_writes,
             "checkpoints_checked": checked,

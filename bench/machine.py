@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -12,6 +13,14 @@ from pathlib import Path
 import torch
 
 from attnkit.distributed import usable_cores
+
+
+def add_device_argument(parser: argparse.ArgumentParser, default: str = "cpu") -> None:
+    """``--device`` of a benchmark: resolve it with :func:`attnkit.distributed.resolve_device` at the start of
+    ``main`` (a clear error for a CUDA device that is not there) and give the result to everything it runs."""
+    parser.add_argument(
+        "--device", default=default, help=f"cpu | cuda | cuda:N | auto (default: {default}, where this benchmark's recorded figures come from)"
+    )
 
 
 def processor_name() -> str:

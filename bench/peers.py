@@ -6,6 +6,7 @@ Run from the project root, on an otherwise idle machine::
     python bench/peers.py --quick         # 600 training pairs, 1 minute each: a smoke check of the whole path
     python bench/peers.py --minutes 45 --threads 2
     python bench/peers.py --recipe tasks/configs/multi30k_de_en_transformer_words.yaml   # Transformer against Joey's Transformer
+    python bench/peers.py --device cuda   # both on a GPU (default: the CPU; see "On a GPU" below)
 
 What it does, in one run of the script:
 
@@ -33,7 +34,8 @@ Fairness rules:
 
 * One system at a time (attnkit first, then Joey), each in a fresh process, with the same torch CPU
   thread count (``--threads``; attnkit ``train.threads``, Joey ``torch.set_num_threads`` in its
-  launcher, both with ``OMP_NUM_THREADS``), on the CPU, with the same torch version (both are reported).
+  launcher, both with ``OMP_NUM_THREADS``), on the same device (the CPU unless ``--device`` says otherwise),
+  with the same torch version (both are reported).
 * The same training budget in wall-clock minutes: it counts training and validation, not the setup
   before the first epoch (reading data, building vocabularies) nor the test decoding. attnkit starts
   no epoch that would end past it; Joey is interrupted at it. Both validate once per epoch (greedy
@@ -91,6 +93,15 @@ tied to the target embeddings, label smoothing 0.1, Adam with the rate warmed up
 after the warm-up: attnkit halves the rate on validation plateaus, Joey (which has no warm-up followed by
 plateaus) takes its own Transformer schedule, warmupinversesquareroot, with the same warm-up and peak.
 
+On a GPU (``--device cuda``, ``cuda:N`` or ``auto``; a CUDA device that is not there is one error before
+anything runs): attnkit trains with ``train.device`` set to it and decodes with ``tasks/evaluate.py --device``.
+Joey's config gets ``use_cuda: true`` (at the top, where Joey 2.3.0 reads it, and in ``training``); Joey
+takes no GPU index (its device is plain ``cuda`` and it counts every visible GPU), so its processes see only
+the chosen one (``CUDA_VISIBLE_DEVICES``). Joey's ``fp16`` stays false: it trains in fp32 at PyTorch's default
+matmul precision, while attnkit trains at the recipe's ``train.precision`` (auto: bf16 where the GPU has it)
+and its fp32 uses TF32 matmuls, so the speeds are not at equal precision (``--set train.precision=fp32``
+comes closest). The thread count still applies to both. The JSON's ``device`` says where the race ran.
+
 Targets (issues 12 and 18): attnkit >= 1.5x Joey's target tokens/s, and attnkit's test BLEU >= Joey's.
 Human-readable lines first; the LAST line of stdout is one JSON object. The run folder (``--out``)
 keeps both runs: ``attnkit/`` (checkpoints, log.jsonl, test output; its console log beside it) and
@@ -120,13 +131,13 @@ import yaml
 
 from attnkit.config import DecoderConfig, ExperimentConfig, TextEncoderConfig, TrainConfig, load_config
 from attnkit.data.text import read_parallel, write_parallel_dataset
-from attnkit.distributed import usable_cores
+from attnkit.distributed import resolve_device, usable_cores
 from attnkit.errors import UserError, run_cli
 from attnkit.metrics import translation_scores
 from attnkit.model import count_parameters
 from attnkit.translation import Translator
 from attnkit.vocab import Tokenizer
-from machine import busy_cores, print_result, project_path
+from machine import add_device_argument, busy_cores, print_result, project_path
 from multi30k import ensure_dataset  # prepares data/multi30k-de-en when missing, as the quality benchmark does
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -367,11 +378,18 @@ def joey_schedule(train: TrainConfig) -> dict[str, Any]:
 
 
 def joey_config(
-    recipe: ExperimentConfig, data_dir: Path, model_dir: Path, steps_per_epoch: int, source_lang: str = SOURCE, target_lang: str = TARGET
+    recipe: ExperimentConfig,
+    data_dir: Path,
+    model_dir: Path,
+    steps_per_epoch: int,
+    source_lang: str = SOURCE,
+    target_lang: str = TARGET,
+    device: torch.device = torch.device("cpu"),
 ) -> dict[str, Any]:
     """Joey NMT 2.3.0's config for the recipe's model and training, on the word files in ``data_dir``.
 
     ``steps_per_epoch``: Joey validates and logs its tokens/s once per epoch, as attnkit does.
+    ``device``: a CUDA device sets ``use_cuda`` (which GPU: :func:`thread_environment`); ``fp16`` stays false.
     """
     check_joey_can_express(recipe)
     data, train, search = recipe.data, recipe.train, recipe.search
@@ -403,7 +421,7 @@ def joey_config(
         "keep_best_ckpts": 1,
         "shuffle": True,
         "overwrite": True,  # Joey empties model_dir itself; it is a folder of its own
-        "use_cuda": False,
+        "use_cuda": device.type == "cuda",
         "num_workers": 0,  # as attnkit's loader on CPU
     }
     if train.clip_norm > 0:
@@ -413,7 +431,7 @@ def joey_config(
         "name": f"{recipe.name}_joeynmt",
         "joeynmt_version": JOEY_VERSION,
         "model_dir": str(model_dir),
-        "use_cuda": False,
+        "use_cuda": device.type == "cuda",
         "fp16": False,
         "random_seed": train.seed,
         "data": {
@@ -616,11 +634,16 @@ def overall_rate(per_epoch: Sequence[float]) -> float | None:
 
 
 # -- running the two systems -------------------------------------------------------------------------------
-def thread_environment(threads: int, joey: bool = False) -> dict[str, str]:
+def thread_environment(threads: int, joey: bool = False, device: torch.device | None = None) -> dict[str, str]:
     """This process's environment with ``threads`` OpenMP/MKL threads; for Joey's Python also without
-    what points into attnkit's environment."""
+    what points into attnkit's environment, and, on a CUDA ``device``, with only that GPU visible (Joey
+    takes no GPU index: it uses ``cuda``, and every visible GPU)."""
     env = {key: value for key, value in os.environ.items() if not (joey and key in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"))}
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    if joey and device is not None and device.type == "cuda":
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # cuda:N counts among these where set
+        index = device.index or 0
+        env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index].strip() if visible else str(index)
     return env
 
 
@@ -734,7 +757,7 @@ def read_attnkit_log(path: Path) -> list[dict[str, Any]]:
 
 def race_attnkit(args: argparse.Namespace, dataset: Path, out: Path, test_pairs: list[tuple[str, str]], recipe: ExperimentConfig) -> dict[str, Any]:
     run_dir = out / "attnkit"
-    sets = [*args.overrides, f"output_dir={run_dir}", f"data.path={dataset}", f"train.max_minutes={args.minutes}", f"train.threads={args.threads}", "train.device=cpu"]
+    sets = [*args.overrides, f"output_dir={run_dir}", f"data.path={dataset}", f"train.max_minutes={args.minutes}", f"train.threads={args.threads}", f"train.device={args.device}"]
     env = thread_environment(args.threads)
     console = run_dir.parent / "attnkit.console.log"  # beside the run folder: --overwrite would not keep it inside
     busy = busy_cores()
@@ -746,11 +769,11 @@ def race_attnkit(args: argparse.Namespace, dataset: Path, out: Path, test_pairs:
     beam = recipe.search.beam_size
     output = run_dir / f"test.beam{beam}.{TARGET}"
     evaluate = [sys.executable, str(ROOT / "tasks/evaluate.py"), "--checkpoint", str(run_dir / "best.pt"), "--split", "test", "--data", str(dataset)]
-    evaluate += ["--beam", str(beam), "--device", "cpu", "--output", str(output)]
+    evaluate += ["--beam", str(beam), "--device", str(args.device), "--output", str(output)]
     print(f"attnkit: decoding the test split with beam {beam}")
     run_logged(evaluate, run_dir / "evaluate.log", env, "attnkit's test decoding")
     hypotheses = read_output(output, len(test_pairs), "attnkit")
-    translator = Translator.from_checkpoint(run_dir / "best.pt", device="cpu")
+    translator = Translator.from_checkpoint(run_dir / "best.pt", device=str(args.device))
     rates = [record["train_tokens_per_s"] for record in log]
     best = [record for record in log if record["best"]][-1]  # what best.pt holds (a tie keeps the later epoch)
     return {
@@ -784,7 +807,7 @@ class JoeyRun:
     launcher: Path
 
 
-def prepare_joey(splits: Mapping[str, list[tuple[str, str]]], out: Path, recipe: ExperimentConfig) -> JoeyRun:
+def prepare_joey(splits: Mapping[str, list[tuple[str, str]]], out: Path, recipe: ExperimentConfig, device: torch.device = torch.device("cpu")) -> JoeyRun:
     folder = out / "joeynmt"
     model_dir = folder / "model"
     if model_dir.exists() and not (model_dir / "train.log").is_file():
@@ -792,7 +815,7 @@ def prepare_joey(splits: Mapping[str, list[tuple[str, str]]], out: Path, recipe:
     shutil.rmtree(model_dir, ignore_errors=True)  # a previous race's train.log must not be read as this one's
     print("joeynmt: writing the attnkit-tokenised data and the config")
     data = write_joey_data(splits, folder / "data", recipe)
-    config = joey_config(recipe, data.folder, model_dir, data.steps_per_epoch)
+    config = joey_config(recipe, data.folder, model_dir, data.steps_per_epoch, device=device)
     check_joey_config(config)
     config_path = folder / "config.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
@@ -806,7 +829,7 @@ def race_joey(
 ) -> dict[str, Any]:
     folder, model_dir, data = run.folder, run.model_dir, run.data
     python = str(args.joey_venv / "bin" / "python")
-    env = thread_environment(args.threads, joey=True)
+    env = thread_environment(args.threads, joey=True, device=args.device)
     busy = busy_cores()
     console = folder / "train.console.log"
     print(f"joeynmt: training {args.minutes:g} min on {args.threads} thread(s) (log: {project_path(str(model_dir / 'train.log'))})")
@@ -907,6 +930,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=None, help=f"training budget of each system (default {FULL_MINUTES:g}; --quick {QUICK_MINUTES:g})")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads of both systems (default: the usable cores)")
+    add_device_argument(parser)
     quick = f"{QUICK['train']} training pairs, {QUICK['valid']} valid, {QUICK['test']} test, {QUICK_MINUTES:g} minute each"
     parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--recipe", default=str(RECIPE), help="attnkit recipe both systems are configured from")
@@ -924,6 +948,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def check_arguments(args: argparse.Namespace) -> None:
+    args.device = resolve_device(args.device)  # a CUDA that is not there: one error before anything else
     if args.minutes is None:
         args.minutes = QUICK_MINUTES if args.quick else FULL_MINUTES
     if not (args.minutes > 0 and math.isfinite(args.minutes)):
@@ -975,14 +1000,14 @@ def main(argv: list[str] | None = None) -> int:
     dataset = args.dataset.resolve()
     if args.quick:  # attnkit trains on the same slice, as a dataset folder of its own
         dataset = write_parallel_dataset(out / "data-quick", (SOURCE, TARGET), splits, {"name": "multi30k-de-en-peers-quick", "subset_of": str(args.dataset)})
-    joey_run = prepare_joey(splits, out, recipe)  # before any install or training: a data problem shows at once
+    joey_run = prepare_joey(splits, out, recipe, args.device)  # before any install or training: a data problem shows at once
     args.joey_venv = args.joey_venv.resolve()
     versions = ensure_joey_venv(args.joey_venv)
     if versions["torch"].split("+")[0] != torch.__version__.split("+")[0]:  # package metadata may leave out the build label
         print(f"note: Joey's environment has torch {versions['torch']}, attnkit's {torch.__version__}: the race is not on equal terms")
 
     busy_before = busy_cores()
-    print(f"peers ({mode}): attnkit vs Joey NMT {JOEY_VERSION} on Multi30k {SOURCE}->{TARGET}, {args.minutes:g} min of training each, {args.threads} thread(s), CPU")
+    print(f"peers ({mode}): attnkit vs Joey NMT {JOEY_VERSION} on Multi30k {SOURCE}->{TARGET}, {args.minutes:g} min of training each, {args.threads} thread(s), {args.device}")
     if busy_before is not None and busy_before >= 0.25:
         print(f"note: other work kept {busy_before} core(s) busy just before the start; both figures will be slower than on an idle machine")
     attnkit = race_attnkit(args, dataset, out, splits["test"], recipe)
@@ -1012,7 +1037,7 @@ def main(argv: list[str] | None = None) -> int:
         "test_sentences": len(splits["test"]),
         "minutes": args.minutes,
         "threads": args.threads,
-        "device": "cpu",
+        "device": str(args.device),
         "attnkit": attnkit,
         "joeynmt": joey,
         "ratio_tokens_per_s": ratio,

@@ -6,6 +6,7 @@ Run from the project root::
     python bench/recipe_speed.py --pairs 1280     # a smoke check (seconds)
     python bench/recipe_speed.py --config tasks/configs/multi30k_de_en_subword.yaml --config my.yaml
     python bench/recipe_speed.py --set train.precision=bf16      # an override for every recipe
+    python bench/recipe_speed.py --device cuda    # on a GPU (default: the CPU)
 
 Each recipe is set up as ``tasks/train.py`` sets it up (its sentencepiece models, vocabularies and
 model, from ``data/multi30k-de-en``, prepared from ``../shared/data`` when missing), then the real
@@ -33,12 +34,12 @@ import torch
 
 from attnkit.config import load_config, to_dict
 from attnkit.data.text import ParallelTextDataset
-from attnkit.distributed import Distributed, choose_threads
+from attnkit.distributed import Distributed, choose_threads, resolve_device
 from attnkit.errors import UserError, run_cli
 from attnkit.model import count_parameters
 from attnkit.train import CheckpointContents, RunContext, Trainer
 from attnkit.translation import TASK, prepare_translation
-from machine import busy_cores, print_result, project_path
+from machine import add_device_argument, busy_cores, print_result, project_path
 from multi30k import SOURCE, TARGET, ensure_dataset
 from train_speed import flops_per_token
 
@@ -55,6 +56,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: every core this process may use)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the sample of pairs and of the weights")
     parser.add_argument("--data", default="", help="data root holding multi30k/ (default $ATTNKIT_DATA, else ../shared/data)")
+    add_device_argument(parser)
     return parser
 
 
@@ -62,12 +64,14 @@ def _never_validates(model):
     raise AssertionError("the benchmark times train_epoch only; validation must not run")
 
 
-def measure(config_path: str, dataset_folder: Path, pairs: int, seed: int, scratch: Path, overrides: list[str] = ()) -> dict:
-    """Set the recipe up as training does, then time one epoch over ``pairs`` of its training pairs."""
-    settings = [f"data.path={dataset_folder}", f"output_dir={scratch / 'run'}", "train.device=cpu", f"train.seed={seed}", *overrides]
+def measure(
+    config_path: str, dataset_folder: Path, pairs: int, seed: int, scratch: Path, overrides: list[str] = (), device: torch.device = torch.device("cpu")
+) -> dict:
+    """Set the recipe up as training does, then time one epoch over ``pairs`` of its training pairs on ``device``."""
+    settings = [f"data.path={dataset_folder}", f"output_dir={scratch / 'run'}", f"train.device={device}", f"train.seed={seed}", *overrides]
     config = load_config(config_path, settings)
     torch.manual_seed(seed)
-    setup = prepare_translation(config, None, RunContext(Distributed.from_environment(), torch.device("cpu"), log=lambda *_: None))
+    setup = prepare_translation(config, None, RunContext(Distributed.from_environment(), device, log=lambda *_: None))
     full = setup.dataset
     chosen = random.Random(seed).sample(range(len(full)), min(pairs, len(full)))
     sample = ParallelTextDataset([full.source_ids[i] for i in chosen], [full.target_ids[i] for i in chosen])
@@ -104,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
     if args.pairs < 64:
         raise UserError(f"--pairs must be at least 64, got {args.pairs}")
+    device = resolve_device(args.device)
     busy_before = busy_cores()
     torch.set_num_threads(choose_threads(args.threads))
     dataset = ROOT / "data" / f"multi30k-{SOURCE}-{TARGET}"
@@ -111,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="attnkit-recipe-speed-") as scratch:
         for index, config_path in enumerate(args.configs or [str(ROOT / recipe) for recipe in RECIPES]):
-            result = measure(config_path, dataset, args.pairs, args.seed, Path(scratch) / str(index), args.overrides)
+            result = measure(config_path, dataset, args.pairs, args.seed, Path(scratch) / str(index), args.overrides, device)
             print(
                 f"{result['config']}: {result['tokens_per_s']:,.0f} target tokens/s ({result['pairs']} pairs, {result['seconds']} s; "
                 f"{result['parameters']:,} parameters, {result['matmul_flops_per_token'] / 1e6:.1f} MFLOP per token, {result['sustained_gflops']} GFLOP/s)"
@@ -120,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     first = results[0]["tokens_per_s"]
     for result in results[1:]:
         result["relative_to_first"] = round(result["tokens_per_s"] / first, 3)
-    return print_result({"benchmark": "recipe_speed", "threads": torch.get_num_threads(), "seed": args.seed, "overrides": args.overrides, "results": results}, busy_before)
+    return print_result(
+        {"benchmark": "recipe_speed", "device": str(device), "threads": torch.get_num_threads(), "seed": args.seed, "overrides": args.overrides, "results": results},
+        busy_before,
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ Run from the project root::
     python bench/train_speed.py            # full: 500 baseline pairs, 2 attnkit epochs (~30 s on 2 cores)
     python bench/train_speed.py --quick    # the same measurement on less (~10 s)
     python bench/train_speed.py --threads 1 --seed 3
+    python bench/train_speed.py --device cuda    # both sides on a GPU (default: the CPU)
 
 Both sides train the same-sized model on the same sentence pairs in one process,
 with the same number of torch CPU threads, and are measured in **target tokens per
@@ -65,11 +66,13 @@ from torch.utils.flop_counter import FlopCounterMode
 from attnkit.config import DecoderConfig, ExperimentConfig, TextEncoderConfig, TrainConfig, to_dict
 from attnkit.data.batching import BucketBatchSampler
 from attnkit.data.text import ParallelTextDataset, collate_pairs
+from attnkit.distributed import resolve_device
+from attnkit.errors import run_cli
 from attnkit.losses import Seq2SeqObjective
 from attnkit.model import build_translation_model
 from attnkit.train import CheckpointContents, Trainer
 from attnkit.vocab import SPECIALS, Vocabulary
-from machine import best_rate, busy_cores, print_result, processor_name, usable_cores
+from machine import add_device_argument, best_rate, busy_cores, print_result, processor_name, usable_cores
 
 PAIRS = 5318
 SOURCE_VOCAB = 2579
@@ -84,10 +87,11 @@ FIRST_WORD = len(SPECIALS)  # random word ids start after the specials
 
 
 def get_args_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description="Training speed (target tokens/s) of attnkit vs the PyTorch seq2seq tutorial loop, on CPU.")
+    parser = argparse.ArgumentParser(description="Training speed (target tokens/s) of attnkit vs the PyTorch seq2seq tutorial loop, on one device.")
     parser.add_argument("--quick", action="store_true", help="measure on less (100 baseline pairs, a quarter of an epoch); seconds instead of half a minute")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads for both sides (0: every core this process may use)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the data, the weights and the batch order")
+    add_device_argument(parser)
     return parser
 
 
@@ -131,7 +135,7 @@ class TutorialEncoder(nn.Module):
         return self.gru(embedded, hidden)  # (1, 1, H), (1, 1, H)
 
     def init_hidden(self) -> Tensor:
-        return torch.zeros(1, 1, self.hidden_size)
+        return torch.zeros(1, 1, self.hidden_size, device=self.embedding.weight.device)
 
 
 class TutorialLuongDecoder(nn.Module):
@@ -164,7 +168,7 @@ def tutorial_train(source: Tensor, target: Tensor, encoder, decoder, encoder_opt
         encoder_output, encoder_hidden = encoder(word, encoder_hidden)
         outputs.append(encoder_output[0, 0])
     encoder_outputs = torch.stack(outputs)  # (S, H)
-    decoder_input = torch.tensor([[BOS]])
+    decoder_input = torch.tensor([[BOS]], device=target.device)
     decoder_hidden = encoder_hidden
     loss = 0
     for word in target:
@@ -192,10 +196,10 @@ def count_parameters(*modules: nn.Module) -> int:
     return sum(p.numel() for m in modules for p in m.parameters())
 
 
-def bench_baseline(sources, targets, seed: int, warmup: int, timed: int) -> tuple[Measurement, int]:
+def bench_baseline(sources, targets, seed: int, warmup: int, timed: int, device: torch.device = torch.device("cpu")) -> tuple[Measurement, int]:
     torch.manual_seed(seed)
-    encoder = TutorialEncoder(SOURCE_VOCAB, SIZE)
-    decoder = TutorialLuongDecoder(SIZE, TARGET_VOCAB)
+    encoder = TutorialEncoder(SOURCE_VOCAB, SIZE).to(device)
+    decoder = TutorialLuongDecoder(SIZE, TARGET_VOCAB).to(device)
     encoder_optimizer = torch.optim.SGD(encoder.parameters(), lr=0.01)
     decoder_optimizer = torch.optim.SGD(decoder.parameters(), lr=0.01)
     criterion = nn.NLLLoss()
@@ -203,7 +207,7 @@ def bench_baseline(sources, targets, seed: int, warmup: int, timed: int) -> tupl
     chosen = [rng.randrange(len(sources)) for _ in range(warmup + timed)]
     # Like the tutorial's trainIters: tensors built before the loop, source and target ending in <eos>.
     tensors = [
-        (torch.tensor(sources[i] + [EOS]).view(-1, 1), torch.tensor(targets[i] + [EOS]).view(-1, 1)) for i in chosen
+        (torch.tensor(sources[i] + [EOS], device=device).view(-1, 1), torch.tensor(targets[i] + [EOS], device=device).view(-1, 1)) for i in chosen
     ]  # (S+1, 1), (T+1, 1)
     for source, target in tensors[:warmup]:
         tutorial_train(source, target, encoder, decoder, encoder_optimizer, decoder_optimizer, criterion)
@@ -216,14 +220,14 @@ def bench_baseline(sources, targets, seed: int, warmup: int, timed: int) -> tupl
 
 
 # -- attnkit -------------------------------------------------------------------------------------
-def attnkit_config(seed: int, threads: int) -> ExperimentConfig:
+def attnkit_config(seed: int, threads: int, device: torch.device = torch.device("cpu")) -> ExperimentConfig:
     return ExperimentConfig(
         name="train-speed",
         text_encoder=TextEncoderConfig(embedding_size=SIZE, hidden_size=SIZE, num_layers=1, rnn="gru", bidirectional=False, dropout=0.0),
         decoder=DecoderConfig(
             embedding_size=SIZE, hidden_size=SIZE, style="luong", score="dot", input_feeding=False, readout_size=SIZE, dropout=0.0
         ),
-        train=TrainConfig(batch_size=BATCH_SIZE, device="cpu", precision="fp32", threads=threads, seed=seed),
+        train=TrainConfig(batch_size=BATCH_SIZE, device=str(device), precision="fp32", threads=threads, seed=seed),
     )
 
 
@@ -235,8 +239,10 @@ def never_called(model: nn.Module) -> dict:
     raise AssertionError("the benchmark times train_epoch only; validation must not run")
 
 
-def bench_attnkit(sources, targets, seed: int, threads: int, warmup_batches: int, epochs: int, fraction: float, run_dir: Path):
-    config = attnkit_config(seed, threads)
+def bench_attnkit(
+    sources, targets, seed: int, threads: int, warmup_batches: int, epochs: int, fraction: float, run_dir: Path, device: torch.device = torch.device("cpu")
+):
+    config = attnkit_config(seed, threads, device)
     source_vocab, target_vocab = synthetic_vocabulary(SOURCE_VOCAB, "s"), synthetic_vocabulary(TARGET_VOCAB, "t")
     torch.manual_seed(seed)
     model = build_translation_model(config, source_vocab, target_vocab)
@@ -271,25 +277,33 @@ def flops_per_token(model: nn.Module, objective: Seq2SeqObjective, dataset: Para
     what the CPU's matrix multiplies reach: it says how much speed is left to gain.
     """
     sampler = BucketBatchSampler(dataset.lengths, BATCH_SIZE, seed=0)
+    device = next(model.parameters()).device
     tokens = 0
     with FlopCounterMode(display=False) as counter:
         for _, indices in zip(range(batches), sampler):
-            out = objective(model, collate_pairs([dataset[i] for i in indices]))
+            out = objective(model, collate_pairs([dataset[i] for i in indices]).to(device))
             out.loss().backward()
             tokens += int(out.tokens)
     model.zero_grad(set_to_none=True)
     return counter.get_total_flops() / tokens
 
 
-def matmul_gflops(seconds: float = 1.0) -> float:
-    """fp32 GFLOP/s of this CPU on the model's biggest matrix multiply (a batch of readouts times the output layer)."""
-    readouts, weight = torch.randn(BATCH_SIZE * MAX_WORDS, SIZE), torch.randn(SIZE, TARGET_VOCAB)
-    return best_rate(lambda: readouts @ weight, 2 * readouts.shape[0] * SIZE * TARGET_VOCAB / 1e9, seconds)
+def matmul_gflops(seconds: float = 1.0, device: torch.device = torch.device("cpu")) -> float:
+    """fp32 GFLOP/s of this CPU (or GPU) on the model's biggest matrix multiply (a batch of readouts times the output layer)."""
+    readouts, weight = torch.randn(BATCH_SIZE * MAX_WORDS, SIZE, device=device), torch.randn(SIZE, TARGET_VOCAB, device=device)
+
+    def work() -> None:
+        readouts @ weight
+        if device.type == "cuda":  # a GPU's product is only done once synchronised
+            torch.cuda.synchronize(device)
+
+    return best_rate(work, 2 * readouts.shape[0] * SIZE * TARGET_VOCAB / 1e9, seconds)
 
 
 # -- report --------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> dict:
     args = get_args_parser().parse_args(argv)
+    device = resolve_device(args.device)
     threads = args.threads or usable_cores()
     busy_before = busy_cores()
     torch.set_num_threads(threads)
@@ -298,14 +312,14 @@ def main(argv: list[str] | None = None) -> dict:
     warmup_batches, epochs, fraction = (2, 1, 0.25) if args.quick else (3, 2, 1.0)
 
     sources, targets, origin = make_pairs(args.seed)
-    print(f"train_speed ({mode}): torch {torch.__version__}, {threads} thread(s), {processor_name()}, {usable_cores()} usable core(s)")
+    print(f"train_speed ({mode}): torch {torch.__version__}, on {device}, {threads} thread(s), {processor_name()}, {usable_cores()} usable core(s)")
     if busy_before is not None and busy_before >= 0.25:
         print(f"note: other work kept {busy_before} core(s) busy just before the start; it slows both sides, unevenly (rerun when idle)")
     print(f"data: {PAIRS} random pairs, vocabulary {SOURCE_VOCAB}/{TARGET_VOCAB}, lengths from {origin}")
 
     with tempfile.TemporaryDirectory(prefix="attnkit-train-speed-") as folder:
         runs, reported, attnkit_params, batches, flops = bench_attnkit(
-            sources, targets, args.seed, threads, warmup_batches, epochs, fraction, Path(folder)
+            sources, targets, args.seed, threads, warmup_batches, epochs, fraction, Path(folder), device
         )
     attnkit_tokens = sum(r.tokens for r in runs)
     attnkit_seconds = sum(r.seconds for r in runs)
@@ -316,16 +330,16 @@ def main(argv: list[str] | None = None) -> dict:
         f"Trainer's own figure {', '.join(f'{v:.0f}' for v in reported)})"
     )
 
-    baseline, baseline_params = bench_baseline(sources, targets, args.seed, baseline_warmup, baseline_pairs)
+    baseline, baseline_params = bench_baseline(sources, targets, args.seed, baseline_warmup, baseline_pairs, device)
     print(
         f"baseline: {baseline.tokens_per_s:10.1f} target tokens/s  ({baseline.pairs} pairs one at a time after {baseline_warmup} warm-up, "
         f"{baseline.tokens} tokens in {baseline.seconds:.2f} s)"
     )
 
-    gflops, peak = attnkit_rate * flops / 1e9, matmul_gflops()
+    gflops, peak = attnkit_rate * flops / 1e9, matmul_gflops(device=device)
     print(
         f"compute : attnkit does {flops / 1e6:.2f} MFLOP of matrix multiplies (forward + backward) per target token: {gflops:.0f} GFLOP/s, "
-        f"{gflops / peak:.0%} of the {peak:.0f} GFLOP/s this CPU reaches on one output-layer-sized matrix multiply"
+        f"{gflops / peak:.0%} of the {peak:.0f} GFLOP/s this {'CPU' if device.type == 'cpu' else 'GPU'} reaches on one output-layer-sized matrix multiply"
     )
     ratio = attnkit_rate / baseline.tokens_per_s
     met = ratio >= TARGET_RATIO
@@ -336,6 +350,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "benchmark": "train_speed",
         "mode": mode,
+        "device": str(device),
         "baseline_tokens_per_s": round(baseline.tokens_per_s, 1),
         "attnkit_tokens_per_s": round(attnkit_rate, 1),
         "ratio": round(ratio, 2),
@@ -366,4 +381,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_cli(lambda argv: main(argv) and 0))  # main returns its result; a UserError (--device) is one line, exit 2

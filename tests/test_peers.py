@@ -401,6 +401,20 @@ def test_joeys_environment_leaves_attnkits_behind_and_sets_the_threads(peers, mo
     assert peers.thread_environment(3, joey=True)["OMP_NUM_THREADS"] == "3"
 
 
+def test_on_a_gpu_joey_uses_cuda_and_sees_only_the_chosen_gpu(peers, tmp_path, monkeypatch):
+    for family in (recipe(peers), transformer_recipe(peers)):
+        config = peers.joey_config(family, tmp_path / "data", tmp_path / "model", 10, device=torch.device("cuda", 1))
+        assert config["use_cuda"] is True and config["training"]["use_cuda"] is True and config["fp16"] is False
+        peers.check_joey_config(config)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert peers.thread_environment(2, joey=True, device=torch.device("cuda", 1))["CUDA_VISIBLE_DEVICES"] == "1"  # Joey takes no index
+    assert peers.thread_environment(2, joey=True, device=torch.device("cuda"))["CUDA_VISIBLE_DEVICES"] == "0"
+    assert "CUDA_VISIBLE_DEVICES" not in peers.thread_environment(2, joey=True, device=torch.device("cpu"))
+    assert "CUDA_VISIBLE_DEVICES" not in peers.thread_environment(2, device=torch.device("cuda", 1))  # attnkit gets train.device
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")  # cuda:1 is the second of those
+    assert peers.thread_environment(2, joey=True, device=torch.device("cuda", 1))["CUDA_VISIBLE_DEVICES"] == "6"
+
+
 # -- bad input ------------------------------------------------------------------------------------------------
 def run_peers(peers, capsys, argv) -> str:
     capsys.readouterr()
@@ -418,11 +432,20 @@ def run_peers(peers, capsys, argv) -> str:
         (["--threads", "-1"], "error: --threads must be at least 1"),
         (["--set", "decoder.score=dot"], "error: Joey NMT cannot mirror this recipe: decoder.score is dot"),
         (["--recipe", "no/such/recipe.yaml"], "error: config file not found: no/such/recipe.yaml"),
+        (["--device", "tpu"], "error: unknown device 'tpu'; use auto, cpu, cuda or cuda:N"),
     ],
 )
 def test_bad_options_are_one_error_line(peers, tmp_path, capsys, argv, message):
     err = run_peers(peers, capsys, [*argv, "--dataset", str(tmp_path / "none"), "--data", str(tmp_path / "none"), "--out", str(tmp_path / "out")])
     assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_the_device_option_is_parsed_and_a_missing_cuda_is_one_error_line(peers, tmp_path, capsys, monkeypatch):
+    assert peers.get_args_parser().parse_args([]).device == "cpu"  # where the recorded figures come from
+    assert peers.get_args_parser().parse_args(["--device", "cpu"]).device == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a machine without a GPU (this one may have one)
+    err = run_peers(peers, capsys, ["--device", "cuda:1", "--dataset", str(tmp_path / "none"), "--data", str(tmp_path / "none"), "--out", str(tmp_path / "out")])
+    assert err == "error: device 'cuda:1' asked for, but CUDA is not available here; use device auto or cpu\n"
 
 
 def test_missing_data_is_one_error_line(peers, tmp_path, capsys):
@@ -585,6 +608,7 @@ def stand_in_runs(peers, monkeypatch, tmp_path):
         if command[1].endswith("tasks/train.py"):
             sets = dict(value.split("=", 1) for value in command if "=" in value)
             run_dir = Path(sets["output_dir"])
+            assert sets["train.device"] == "cpu"  # --device's default reaches the training
             run_dir.mkdir(parents=True)
             log.write_text("de->en: 3 training pairs (of 3), 3 validation; vocabulary 30 / 28\nmodel: 9 parameters\n")
             records = [
@@ -596,6 +620,7 @@ def stand_in_runs(peers, monkeypatch, tmp_path):
             (run_dir / "log.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
             (run_dir / "best.pt").write_bytes(b"stand-in")
         elif command[1].endswith("tasks/evaluate.py"):
+            assert option(command, "--device") == "cpu"
             Path(option(command, "--output")).write_text("".join(reference.lower() + "\n" for reference in references))
         elif command[3] == "test":  # Joey's test decoding: tokenised output, the last sentence one word short
             lines = [peers.joey_line(english.tokenize(reference)) for reference in references]
@@ -644,6 +669,7 @@ def test_the_script_races_reports_and_ends_with_one_json_line(peers, monkeypatch
     assert result["same_data"] == {"training_pairs": True, "joey_tokens_per_epoch": True, "joey_sentences_per_epoch": True}
     assert joey["parameters"] == 12000 and attnkit["parameters"] == 9 and any("parameters: attnkit 9, Joey 12,000" in d for d in result["differences"])
     assert result["mode"] == "quick" and result["minutes"] == 1.0 and result["threads"] == 1 and "machine" in result
+    assert result["device"] == "cpu" and any(line.startswith("peers (quick)") and line.endswith("1 thread(s), cpu") for line in lines)
     assert any(line.startswith("speed attnkit/Joey: 4.0x (target >= 1.5x: met)") for line in lines)
     written = tmp_path / "out" / "joeynmt"
     assert (written / "config.yaml").is_file() and (written / "run_joey.py").is_file()

@@ -3,8 +3,9 @@
 from pathlib import Path
 
 import pytest
+import torch
 
-from attnkit.errors import UserError
+from attnkit.errors import UserError, run_cli
 
 
 @pytest.fixture
@@ -30,3 +31,26 @@ def test_both_families_are_timed_on_the_same_pairs(recipe_speed, toy_data, tmp_p
 def test_too_few_pairs_is_one_message(recipe_speed):
     with pytest.raises(UserError, match="--pairs must be at least 64"):
         recipe_speed.main(["--pairs", "10"])
+
+
+def test_the_device_option_is_parsed_and_a_missing_cuda_is_one_error(recipe_speed, monkeypatch, capsys):
+    assert recipe_speed.get_args_parser().parse_args([]).device == "cpu"  # where the recorded figures come from
+    assert recipe_speed.get_args_parser().parse_args(["--device", "cpu"]).device == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a machine without a GPU (this one may have one)
+    monkeypatch.setattr(recipe_speed, "busy_cores", lambda: pytest.fail("the device is resolved before any work"))
+    assert run_cli(recipe_speed.main, ["--device", "cuda"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "error: device 'cuda' asked for, but CUDA is not available here; use device auto or cpu\n"
+
+
+def test_the_chosen_device_reaches_the_recipe(recipe_speed, toy_data, tmp_path, monkeypatch):
+    seen = {}
+    prepare = recipe_speed.prepare_translation
+
+    def spy(config, resume, context):
+        seen.update(config=config.train.device, context=context.device)
+        return prepare(config, resume, context)
+
+    monkeypatch.setattr(recipe_speed, "prepare_translation", spy)
+    result = recipe_speed.measure("tasks/configs/tiny.yaml", toy_data, pairs=64, seed=1, scratch=tmp_path, device=torch.device("cpu"))
+    assert seen == {"config": "cpu", "context": torch.device("cpu")} and result["tokens_per_s"] > 0

@@ -1,0 +1,74 @@
+"""``--device`` of bench/train_speed.py, bench/caption_speed.py and bench/crash.py (bench/machine.py's
+add_device_argument; recipe_speed's and peers' own checks are in their test files): the option parses, a
+CUDA device that is not there is one error line before any work, and the device reaches what each runs."""
+
+import importlib
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnkit.errors import UserError, run_cli
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+ARGV = {"train_speed": [], "caption_speed": ["--checkpoint", "none.pt"], "crash": []}  # the least each script needs
+NO_CUDA = "error: device 'cuda' asked for, but CUDA is not available here; use device auto or cpu\n"
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    return importlib.import_module
+
+
+@pytest.mark.parametrize("name", sorted(ARGV))
+def test_the_device_option_is_parsed_and_a_missing_cuda_is_one_error_line(name, bench, tmp_path, monkeypatch, capsys):
+    module = bench(name)
+    argv = [*ARGV[name], *(["--out", str(tmp_path / "out")] if name == "crash" else [])]
+    parser = module.get_args_parser()
+    assert parser.parse_args(argv).device == "cpu"  # where the recorded figures come from
+    assert parser.parse_args([*argv, "--device", "cpu"]).device == "cpu"
+    assert "cpu | cuda | cuda:N | auto (default: cpu, where this benchmark's recorded figures come from)" in " ".join(parser.format_help().split())
+    kept = tmp_path / "out" / "reference" / "last.pt"  # crash.py empties its run folders: not before the device is known
+    kept.parent.mkdir(parents=True)
+    kept.touch()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a machine without a GPU (this one may have one)
+    monkeypatch.setattr(module, "busy_cores", lambda: pytest.fail("the device is resolved before any work"))
+    capsys.readouterr()
+    assert run_cli(module.main, [*argv, "--device", "cuda"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == NO_CUDA and kept.exists()
+
+
+def test_crash_trains_and_resumes_on_the_chosen_device(bench, tmp_path):
+    crash = bench("crash")
+    fresh = crash.train_command(tmp_path, 3, 1, torch.device("cuda", 1))
+    assert fresh.count("train.device=cuda:1") == 1 and not any(item.startswith("train.device=") and item != "train.device=cuda:1" for item in fresh)
+    (tmp_path / "last.pt").touch()
+    resumed = crash.train_command(tmp_path, 3, 1, torch.device("cuda", 1))
+    assert "--resume" in resumed and "train.device=cuda:1" in resumed
+    assert "train.device=cpu" in crash.train_command(tmp_path, 3, 1)
+
+
+def test_train_speed_puts_both_sides_on_the_chosen_device(bench):
+    train_speed = bench("train_speed")
+    config = train_speed.attnkit_config(1, 1, torch.device("cuda", 1))
+    assert (config.train.device, config.train.precision) == ("cuda:1", "fp32")  # fp32 stays pinned
+    sources, targets, _ = train_speed.make_pairs(1)
+    measured, parameters = train_speed.bench_baseline(sources, targets, 1, 1, 2, torch.device("cpu"))
+    assert measured.pairs == 2 and measured.tokens > 0 and parameters > 0
+    assert train_speed.matmul_gflops(0.03, torch.device("cpu")) > 0
+
+
+def test_caption_speed_loads_the_captioner_on_the_chosen_device(bench, monkeypatch, capsys):
+    caption_speed = bench("caption_speed")
+    asked = []
+
+    def from_checkpoint(path, device="auto", cache_dir=None):
+        asked.append(device)
+        raise UserError("stand-in: no checkpoint")
+
+    monkeypatch.setattr(caption_speed, "busy_cores", lambda: None)
+    monkeypatch.setattr(caption_speed.Captioner, "from_checkpoint", from_checkpoint)
+    assert run_cli(caption_speed.main, ["--checkpoint", "none.pt", "--device", "cpu"]) == 2
+    assert asked == ["cpu"] and capsys.readouterr().err == "error: stand-in: no checkpoint\n"
