@@ -10,10 +10,11 @@ TAB, as on 3 lines of the original file, is accepted too), the standard split li
 before the final " ."), whitespace-stripped; tokenisation happens in attnkit.
 
 An image named in a split list but absent from the images folder, or without a caption, is left
-out and counted (per split, printed and stored in ``dataset.json``): the shared subset holds 4,000
-of the 8,091 photos, and the original train list names one image the original caption file has
-no caption for. With the shared subset the result is train 2,997, valid 463 and test 490 images,
-5 captions each.
+out and counted (per split, printed and stored in ``dataset.json``): the shared subset holds 6,276
+of the 8,091 photos (every photo of the standard training split but those held out, and part of dev
+and test), and the original train list names one image the original caption file has no caption
+for. With the shared subset the result is train 5,273, valid 463 and test 490 images, 5 captions
+each.
 
 Usage::
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from attnkit.attention import SCORES, Attention, ConcatScore, masked_softmax
+from attnkit.attention import SCORES, Attention, ConcatScore, MultiHeadAttention, masked_softmax
 from attnkit.errors import UserError
 
 B, T, L, Q = 3, 4, 5, 6
@@ -71,3 +71,20 @@ def test_no_attention_weighs_every_real_position_the_same_and_averages_the_memor
     torch.testing.assert_close(weights[1, 0], torch.tensor([0.25] * 4 + [0.0] * 2))
     torch.testing.assert_close(context[0, 2], memory[0].mean(0))
     torch.testing.assert_close(context[1, 1], memory[1, :4].mean(0))
+
+
+def test_causal_attention_is_the_fused_kernel_s_is_causal_and_equals_the_explicit_mask():
+    """The decoder's self-attention asks for ``causal`` (is_causal for the fused kernel); the weights path builds
+    the lower-triangular mask itself; both equal attention under that mask given explicitly."""
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(3, 5, 8)
+    keys, values = attention.keys_values(x)
+    lower = torch.ones(5, 5, dtype=torch.bool).tril().unsqueeze(0)  # (1, T, T)
+    explicit, _ = attention(x, keys, values, lower)
+    fused, _ = attention(x, keys, values, None, causal=True)
+    weighed, weights = attention(x, keys, values, None, need_weights=True, causal=True)
+    assert torch.allclose(fused, explicit, atol=1e-6) and torch.allclose(weighed, explicit, atol=1e-6)
+    assert torch.all(weights.triu(1) == 0)
+    with pytest.raises(ValueError, match="no mask"):
+        attention(x, keys, values, lower, causal=True)

@@ -139,7 +139,7 @@ def test_flickr8k_shared_subset_gives_the_documented_counts(tmp_path):
     out = tmp_path / "flickr8k"
     assert flickr8k.main(["--data", str(folder.parent), "--out", str(out)]) == 0
     splits = read_back(out)  # also checks that every image path resolves to a file
-    assert {name: len(items) for name, items in splits.items()} == {"train": 2997, "valid": 463, "test": 490}
+    assert {name: len(items) for name, items in splits.items()} == {"train": 5273, "valid": 463, "test": 490}
     assert all(len(item.captions) == 5 for items in splits.values() for item in items)
     assert not set(images_of(splits["train"])) & (set(images_of(splits["valid"])) | set(images_of(splits["test"])))
     assert image_root(out) == (folder / "images").resolve()

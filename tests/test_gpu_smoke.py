@@ -1,4 +1,5 @@
-"""bench/gpu_smoke.py keeps working where there is no GPU: the same path on a CPU with tiny models."""
+"""bench/gpu_smoke.py, the one-call GPU check, keeps working where there is no GPU: every step on a CPU with tiny
+models, one line per step in steps.jsonl as it goes; what the precision step reads is the precision rule itself."""
 
 import json
 import sys
@@ -9,14 +10,78 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("recipes", ["captioning,multitask", "translation_transformer,captioning_transformer,multitask_transformer"])
-def test_gpu_smoke_runs_the_recipes_on_a_cpu(capsys, monkeypatch, recipes):
+@pytest.fixture
+def gpu_smoke(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))
     import gpu_smoke
 
-    assert gpu_smoke.main(["--device", "cpu", "--tiny", "--recipes", recipes]) == 0
-    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert set(result["recipes"]) == set(recipes.split(","))
-    assert all(recipe["steps"] >= 2 and recipe["tokens_per_s_last_epoch"] > 0 for recipe in result["recipes"].values())
+    yield gpu_smoke
     sys.modules.pop("gpu_smoke", None)
+
+
+def steps_of(folder: Path) -> dict:
+    return {record["step"]: record for record in map(json.loads, (folder / "steps.jsonl").read_text().splitlines())}
+
+
+@pytest.mark.slow
+def test_the_gpu_check_runs_every_step_on_a_cpu_under_bf16(tmp_path, capsys, gpu_smoke):
+    assert gpu_smoke.main(["--device", "cpu", "--tiny", "--precision", "bf16", "--out", str(tmp_path)]) == 0
+    steps = steps_of(tmp_path)
+    assert list(steps) == list(gpu_smoke.STEPS)
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == steps  # the last stdout line holds them all
+    assert all(step["status"] == "ok" for step in steps.values()), {name: step.get("error") for name, step in steps.items()}
+    assert steps["host_syncs"]["skipped"] == "needs CUDA"
+
+    precision = steps["precision"]["recipes"]
+    for name in gpu_smoke.RECIPES:
+        parts = precision[name]["parts"]
+        assert precision[name]["autocast"] == "bfloat16" and not precision[name]["loss_scaler"]
+        assert parts["decoder.output"]["addmm"] == ["bfloat16"]  # products run in the autocast dtype
+        assert parts["other"]["_log_softmax"] == ["float32"]  # the loss in fp32
+    for name in ("translation", "captioning", "multitask"):  # the RNN decoder's cells, and the bi-GRU encoder, in fp32
+        assert {dtype for dtypes in precision[name]["parts"]["decoder.rnn"].values() for dtype in dtypes} == {"float32"}
+    assert precision["translation"]["parts"]["encoders.text"] == {"addmm": ["float32"]}
+
+    for name, recipe in steps["training"]["recipes"].items():  # bf16 and fp32 from the same seed take the same steps
+        assert recipe["bf16"]["steps"] == recipe["fp32"]["steps"] >= 2, name
+        assert recipe["bf16"]["train_loss_last_epoch"] == pytest.approx(recipe["fp32"]["train_loss_last_epoch"], abs=0.05), name
+    assert all(recipe["beam5"]["sentences"] > 0 for recipe in steps["decoding"]["recipes"].values())
+    assert steps["round_trip"]["exit_codes"] == {"train": 0, "resume": 0, "evaluate": 0} and steps["round_trip"]["epochs_logged"] == [1, 2, 3]
+    assert steps["pixels"]["images_per_s"] > 0
+
+
+def test_a_failing_step_is_recorded_and_the_next_one_runs(tmp_path, capsys, gpu_smoke, monkeypatch):
+    def broken(device):
+        raise RuntimeError("the environment broke\nsecond line")
+
+    monkeypatch.setattr(gpu_smoke, "environment", broken)
+    written = []
+    original_write = gpu_smoke.StepLog.write
+    monkeypatch.setattr(gpu_smoke.StepLog, "write", lambda log, record: (original_write(log, record), written.append(steps_of(tmp_path))))
+    assert gpu_smoke.main(["--device", "cpu", "--tiny", "--out", str(tmp_path), "--only", "environment,host_syncs", "--recipes", "translation"]) == 0
+    steps = steps_of(tmp_path)
+    assert steps["environment"]["status"] == "error" and steps["environment"]["error"] == "RuntimeError: the environment broke"
+    assert steps["host_syncs"]["status"] == "ok"
+    assert [list(lines) for lines in written] == [["environment"], ["environment", "host_syncs"]]  # each line on disk as its step ends
+
+
+def test_a_step_past_its_limit_is_cut_and_recorded(tmp_path, gpu_smoke):
+    log = gpu_smoke.StepLog(tmp_path)
+
+    def forever(deadline):
+        while True:
+            pass
+
+    gpu_smoke.run_step(log, "stuck", 0.1, forever)  # the alarm ends it shortly after its limit
+    assert steps_of(tmp_path)["stuck"]["status"] == "timeout"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["--recipes", "translation,nope"], "unknown recipe nope"), (["--only", "environment,speed"], "unknown step speed"), (["--device", "cuda:7"], "device 'cuda:7'")],
+)
+def test_bad_options_are_one_error(tmp_path, capsys, gpu_smoke, argv, message):
+    from attnkit.errors import run_cli
+
+    assert run_cli(gpu_smoke.main, ["--tiny", "--device", "cpu", "--out", str(tmp_path), *argv]) == 2
+    assert message in capsys.readouterr().err

@@ -216,15 +216,22 @@ class MultiHeadAttention(nn.Module):
         return keys, values
 
     def forward(
-        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, beams: int = 1, need_weights: bool = False
+        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, beams: int = 1, need_weights: bool = False, causal: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         """query (B*K, T, M) over keys/values (B, h, L, d) -> output (B*K, T, M) and weights (B*K, h, T, L) or None.
 
         ``mask`` (B, T or 1, L) bool, True = may attend (None: everything). With ``beams`` K > 1 the K
         consecutive query rows of a source attend over its one copy of the keys, as K*T queries.
+        ``causal`` (with no ``mask``, T == L): query t attends to keys 0 ... t only. Said as a flag rather than a
+        mask so the fused kernel is told ``is_causal`` and can run its fastest (flash) variant.
         """
         rows, steps, size = query.shape
+        if causal and mask is not None:
+            raise ValueError("causal attention takes no mask of its own")
         grouped = self.query(query).view(rows // beams, beams * steps, self.heads, self.head_size).transpose(1, 2)  # (B, h, K*T, d)
+        if causal and need_weights:  # the explicit path needs the mask itself
+            mask = torch.ones(steps, keys.shape[2], dtype=torch.bool, device=query.device).tril().unsqueeze(0)  # (1, T, L)
+            causal = False
         mask = None if mask is None else mask.unsqueeze(1)  # (B, 1, T or 1, L)
         dropout = self.dropout if self.training else 0.0
         weights = None
@@ -236,6 +243,6 @@ class MultiHeadAttention(nn.Module):
             attended = nn.functional.dropout(weights, dropout, self.training) @ values  # (B, h, K*T, d)
             weights = weights.view(rows // beams, self.heads, beams, steps, -1).transpose(1, 2).reshape(rows, self.heads, steps, -1)  # (B*K, h, T, L)
         else:
-            attended = nn.functional.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, dropout_p=dropout)  # (B, h, K*T, d)
+            attended = nn.functional.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, dropout_p=dropout, is_causal=causal)  # (B, h, K*T, d)
         attended = attended.transpose(1, 2).reshape(rows, steps, size)  # (B*K, T, M): heads side by side again
         return self.output(attended), weights

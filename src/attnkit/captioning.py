@@ -38,7 +38,7 @@ from attnkit.losses import Seq2SeqObjective
 from attnkit.model import MULTITASK, EncoderDecoder, build_captioning_model, describe_parameters, model_from_checkpoint
 from attnkit.search import search
 from attnkit.supervision import CaptionGold, caption_gold, describe_gold, require_gold, scene_ground_truth
-from attnkit.distributed import resolve_device
+from attnkit.distributed import autocast, resolve_device, resolve_precision
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
 from attnkit.vocab import SubwordModel, Tokenizer, Vocabulary
 
@@ -105,7 +105,7 @@ def collate_captions(examples, cached: bool, gold: Sequence | None = None) -> Ba
     """``gold``: the dataset's gold attention per caption (attention supervision), else None."""
     index, sources, captions = zip(*examples)
     stacked = torch.stack(sources)
-    source = GridFeatures(stacked.float()) if cached else Pixels(stacked)  # (B, C, g, g) | (B, 3, H, W)
+    source = GridFeatures(stacked) if cached else Pixels(stacked)  # (B, C, g, g) fp16, upcast on the device | (B, 3, H, W)
     attention_gold = None if gold is None else batch_gold([gold[i] for i in index])
     return Batch(source, pad_sequences(captions).ids, torch.tensor(index), attention_gold)
 
@@ -123,11 +123,16 @@ class Caption:
 
 
 class Captioner:
-    def __init__(self, model: EncoderDecoder, pipeline: CaptionPipeline, search_config: SearchConfig, device: torch.device, cache: FeatureCache | None = None):
+    def __init__(
+        self, model: EncoderDecoder, pipeline: CaptionPipeline, search_config: SearchConfig, device: torch.device, cache: FeatureCache | None = None,
+        precision: torch.dtype = torch.float32,
+    ):  # fmt: skip
+        """``precision``: the autocast dtype decoding runs under (from a checkpoint: its training's, as validation ran)."""
         self.model = model.to(device).eval()
         self.pipeline = pipeline
         self.search = search_config
         self.device = device
+        self.precision = precision
         self.cache = cache if cache is not None and model.encoder_for("image").caches else None
 
     @classmethod
@@ -142,12 +147,13 @@ class Captioner:
         if model is None:
             model = model_from_checkpoint(checkpoint)
         cache = _feature_cache(model.encoder_for("image"), cache_dir) if cache_dir else None
-        return cls(model, pipeline, config.search, resolve_device(device), cache)
+        device = resolve_device(device)
+        return cls(model, pipeline, config.search, device, cache, resolve_precision(config.train.precision, device))
 
     def _sources(self, images: Sequence[ImageInput]) -> Pixels | GridFeatures:
         encoder: ImageEncoder = self.model.encoder_for("image")
         if self.cache is not None and not any(isinstance(image, Image.Image) for image in images):
-            return GridFeatures(self.cache.get([Path(p) for p in images], partial(_grid_on, encoder, self.device)).float())
+            return GridFeatures(self.cache.get([Path(p) for p in images], partial(_grid_on, encoder, self.device)))  # fp16 until .to()
         size, normalization = encoder.config.image_size, encoder.normalization
 
         def pixels(image: ImageInput) -> Tensor:
@@ -171,7 +177,8 @@ class Captioner:
         for start in range(0, len(images), batch_size):
             chunk = list(range(start, min(start + batch_size, len(images))))
             try:
-                encoded = self.encode([images[i] for i in chunk])
+                with autocast(self.device, self.precision):  # as validation decodes, so test and validation scores compare
+                    encoded = self.encode([images[i] for i in chunk])
             except ImageError as error:  # isolate the bad image: the others are still captioned
                 if len(chunk) == 1:
                     results[chunk[0]] = [Caption(_name(images[chunk[0]], chunk[0]), [], "", float("-inf"), torch.zeros(0, 0), (0, 0), False, error=str(error))]
@@ -179,7 +186,8 @@ class Captioner:
                     for i in chunk:
                         results[i] = self.caption([images[i]], beam_size, 1, n_best)[0]
                 continue
-            found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam_size, n_best)
+            with autocast(self.device, self.precision):
+                found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam_size, n_best)
             grid = (encoded.layout.height, encoded.layout.width)
             for i, hypotheses in zip(chunk, found):
                 results[i] = [self._caption(_name(images[i], i), h, grid) for h in hypotheses]
@@ -344,9 +352,10 @@ def prepare_captioning(config: ExperimentConfig, resume: Checkpoint | None, cont
     encoder = model.encoder_for("image")
     config = record_weights(config, encoder)
     dataset, collate, cache = caption_training_set(config, encoder, pipeline, train_items, root, context)
+    valid_cache = cache.kept_in_memory() if cache is not None else None  # the validation photos read from disk once
 
     def validate(trained: nn.Module) -> dict:
-        metrics = caption_validation(trained, pipeline, config, valid_items, root, cache)
+        metrics = caption_validation(trained, pipeline, config, valid_items, root, valid_cache)
         return {**metrics, "score": metrics["cider_d"]}  # CIDEr-D: defined for short captions too
 
     notes = [

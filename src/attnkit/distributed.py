@@ -57,7 +57,18 @@ def end_process(code: int) -> NoReturn:
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` -> CUDA when present, else CPU; a clear error for devices that are not there (or not supported)."""
+    """``auto`` -> CUDA when present, else CPU; a clear error for devices that are not there (or not supported).
+
+    On CUDA, fp32 matrix products then use TF32 (``set_float32_matmul_precision("high")``): what "fp32"
+    means on a GPU here, for training and decoding alike.
+    """
+    device = _device_named(name)
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("high")
+    return device
+
+
+def _device_named(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if not re.fullmatch(r"cpu|cuda(:\d+)?", name):
@@ -94,6 +105,12 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def loader_workers(ranks_on_this_machine: int = 1) -> int:
+    """Data loader workers for a GPU training: this process's share of the usable cores, one left for the process
+    itself, between 1 and 8 (beyond that workers only add start-up time and memory)."""
+    return max(1, min(8, usable_cores() // max(1, ranks_on_this_machine) - 1))
 
 
 def choose_threads(requested: int, ranks_on_this_machine: int = 1) -> int:

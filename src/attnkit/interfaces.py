@@ -30,12 +30,19 @@ class PaddedTokens:
     kind: ClassVar[str] = "text"
     ids: Tensor  # (B, S)
     lengths: Tensor  # (B,)
+    # (B,) the same lengths kept on the CPU wherever ``lengths`` goes: packing a sequence for an RNN needs them
+    # there, and reading them back from a GPU would wait for it every batch. Default: ``lengths`` (or its copy).
+    host_lengths: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.host_lengths is None:
+            object.__setattr__(self, "host_lengths", self.lengths.cpu())
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "PaddedTokens":
-        return PaddedTokens(self.ids.to(device, non_blocking=non_blocking), self.lengths.to(device, non_blocking=non_blocking))
+        return PaddedTokens(self.ids.to(device, non_blocking=non_blocking), self.lengths.to(device, non_blocking=non_blocking), self.host_lengths)
 
     def pin_memory(self) -> "PaddedTokens":
-        return PaddedTokens(self.ids.pin_memory(), self.lengths.pin_memory())
+        return PaddedTokens(self.ids.pin_memory(), self.lengths.pin_memory(), self.host_lengths)
 
     @property
     def batch_size(self) -> int:
@@ -62,10 +69,11 @@ class GridFeatures:
     a frozen backbone, or the frozen prefix's map when the last blocks fine-tune (ImageEncoder.cacheable_features)."""
 
     kind: ClassVar[str] = "image"
-    features: Tensor  # (B, C, g, g), or (B, C', H', W') before the fine-tuned blocks
+    features: Tensor  # (B, C, g, g), or (B, C', H', W') before the fine-tuned blocks; fp16 as cached, fp32 after .to()
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "GridFeatures":
-        return GridFeatures(self.features.to(device, non_blocking=non_blocking))
+        """Moved as they are (fp16 from the cache: half the bytes to copy), then upcast to fp32 on the device."""
+        return GridFeatures(self.features.to(device, non_blocking=non_blocking).float())
 
     def pin_memory(self) -> "GridFeatures":
         return GridFeatures(self.features.pin_memory())

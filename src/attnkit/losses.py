@@ -79,9 +79,11 @@ class Seq2SeqObjective:
         if self.label_smoothing > 0:
             # (1 - eps) * nll + eps * mean of -log p over the words a target can be: all but <pad> and <bos>.
             # Summing all and taking the two back out spares a second (B, T, V) tensor.
+            # The two columns are taken one by one: indexing with a list would copy it to the device every batch.
             never = sorted({self.pad_index, self.bos_index})
             allowed = log_probs.shape[-1] - len(never)
-            smoothed = -(log_probs.sum(-1) - log_probs[..., never].sum(-1)) / allowed  # (B, T)
+            excluded = sum(log_probs.select(-1, index) for index in never)  # (B, T)
+            smoothed = -(log_probs.sum(-1) - excluded) / allowed  # (B, T)
             token_loss = (1.0 - self.label_smoothing) * nll + self.label_smoothing * smoothed
         per_token_sum = (token_loss * is_token).sum()
         if self.attention_regularization > 0:
@@ -90,7 +92,7 @@ class Seq2SeqObjective:
         if self.attention_supervision > 0 and batch.attention_gold is not None:
             gold = batch.attention_gold.dense(output.attention)  # (B, T, L)
             per_example_sum = self.attention_supervision * supervision_loss(output.attention, gold).sum()
-        examples = torch.tensor(targets.shape[0], device=targets.device)
+        examples = torch.full((), targets.shape[0], device=targets.device)  # filled on the device: no host-to-device copy
         return LossOutput(per_token_sum, tokens, per_example_sum, examples, (nll.detach() * is_token).sum())
 
 

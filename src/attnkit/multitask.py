@@ -99,6 +99,7 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
     image_encoder = model.encoder_for("image")
     config = record_weights(config, image_encoder)
     caption_set, collate_captions, cache = caption_training_set(config, image_encoder, captions, train_items, root, context)
+    valid_cache = cache.kept_in_memory() if cache is not None else None  # the validation photos read from disk once
     text_set = translation_training_set(config, text, train_pairs, config.data.text_path)
     mix = TaskMixDataset({"image": caption_set, "text": text_set})
     share = config.train.caption_share
@@ -109,7 +110,7 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
         return TaskMixSampler(tasks, mix.offsets, [share, 1.0 - share], seed=seed)
 
     def validate(trained: nn.Module) -> dict:
-        caption = caption_validation(trained, captions, config, valid_items, root, cache) if share > 0 else {}
+        caption = caption_validation(trained, captions, config, valid_items, root, valid_cache) if share > 0 else {}
         translation = translation_validation(trained, text, config, valid_pairs) if share < 1 else {}
         scores = [s for s in (caption.get("bleu4"), translation.get("bleu")) if s is not None]
         return {**{f"caption_{k}": v for k, v in caption.items()}, **translation, "score": round(sum(scores) / len(scores), 2)}

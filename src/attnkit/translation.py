@@ -30,7 +30,7 @@ from attnkit.losses import Seq2SeqObjective
 from attnkit.model import MULTITASK, EncoderDecoder, build_translation_model, describe_parameters, model_from_checkpoint
 from attnkit.search import Hypothesis, search
 from attnkit.supervision import TranslationGold, describe_gold, require_gold, scene_ground_truth, translation_gold
-from attnkit.distributed import resolve_device
+from attnkit.distributed import autocast, resolve_device, resolve_precision
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
 from attnkit.vocab import UNK, SubwordModel, Tokenizer, Vocabulary, normalise
 
@@ -121,11 +121,13 @@ class Translation:
 
 
 class Translator:
-    def __init__(self, model: EncoderDecoder, pipeline: TextPipeline, search: SearchConfig, device: torch.device):
+    def __init__(self, model: EncoderDecoder, pipeline: TextPipeline, search: SearchConfig, device: torch.device, precision: torch.dtype = torch.float32):
+        """``precision``: the autocast dtype decoding runs under (from a checkpoint: its training's, as validation ran)."""
         self.model = model.to(device).eval()
         self.pipeline = pipeline
         self.search = search
         self.device = device
+        self.precision = precision
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str | Path | Checkpoint, device: str = "auto", model: EncoderDecoder | None = None) -> "Translator":
@@ -136,7 +138,8 @@ class Translator:
         pipeline = TextPipeline.from_checkpoint(checkpoint)
         if model is None:
             model = model_from_checkpoint(checkpoint)
-        return cls(model, pipeline, config.search, resolve_device(device))
+        device = resolve_device(device)
+        return cls(model, pipeline, config.search, device, resolve_precision(config.train.precision, device))
 
     def _prepare(self, sentence: str) -> tuple[list[str], bool]:
         """Source words for ``sentence``; raises UserError for input that cannot be translated."""
@@ -183,9 +186,10 @@ class Translator:
         order = sorted(prepared, key=lambda i: len(prepared[i][0]))  # similar lengths together: less padding
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            encoded = self.encode_words([prepared[i][0] for i in chunk])
             vocab = self.pipeline.target_vocab
-            found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam, n_best)
+            with autocast(self.device, self.precision):  # as validation decodes, so test and validation scores compare
+                encoded = self.encode_words([prepared[i][0] for i in chunk])
+                found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam, n_best)
             for i, hypotheses in zip(chunk, found):
                 words, truncated = prepared[i]
                 results[i] = [self._translation(sentences[i], words, truncated, h, replace_unknown) for h in hypotheses]

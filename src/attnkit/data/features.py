@@ -29,6 +29,7 @@ from torch import Tensor
 
 from attnkit.data.images import ImageSource, MosaicFile, load_image_source, open_rgb
 from attnkit.files import save_torch_atomic, write_text_atomic
+from attnkit.precision import without_autocast
 
 FORMAT_VERSION = 1
 
@@ -58,12 +59,17 @@ class CacheStats:
 
 
 class FeatureCache:
-    """Grid features of images under one encoder identity; computes and stores the missing ones."""
+    """Grid features of images under one encoder identity; computes and stores the missing ones.
 
-    def __init__(self, root: str | Path, identity: dict):
+    ``keep_in_memory``: features once read stay in memory, so images read again and again (the validation
+    photos, every epoch) are read from disk once.
+    """
+
+    def __init__(self, root: str | Path, identity: dict, keep_in_memory: bool = False):
         if identity.get("weights_sha256") == "none":
             raise ValueError("a randomly initialised backbone is not cached: its features depend on the seed")
-        self.identity = identity
+        self.root, self.identity = Path(root), identity
+        self.kept: dict[Path, Tensor] | None = {} if keep_in_memory else None
         key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
         self.folder = Path(root) / key
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -72,6 +78,10 @@ class FeatureCache:
             write_text_atomic(info, json.dumps(identity, indent=2) + "\n")
         self.stats = CacheStats()
 
+    def kept_in_memory(self) -> "FeatureCache":
+        """The same cache, keeping what it reads in memory (``keep_in_memory``)."""
+        return FeatureCache(self.root, self.identity, keep_in_memory=True)
+
     def _entry(self, image: ImageSource) -> Path:
         return self.folder / f"{hashlib.sha256(_file_key(image).encode()).hexdigest()[:24]}.pt"
 
@@ -79,8 +89,14 @@ class FeatureCache:
         """(N, C, g, g) float16 features of ``images`` (files, or mosaics of four); ``compute`` maps (B, 3, H, W)
         pixels to (B, C, g, g) (or to the frozen prefix's (B, C', H', W')).
 
-        Raises ImageError for the first unreadable image (check images beforehand to skip bad ones).
+        Runs outside autocast: the features must not depend on the training precision (the key does not
+        hold it), and stacking fp16 under CPU bf16 autocast fails. Raises ImageError for the first
+        unreadable image (check images beforehand to skip bad ones).
         """
+        with without_autocast():
+            return self._get(images, compute, batch_size)
+
+    def _get(self, images: Sequence[str | Path | MosaicFile], compute: Callable[[Tensor], Tensor], batch_size: int) -> Tensor:
         paths = [image if isinstance(image, MosaicFile) else Path(image) for image in images]
         for path in (photo for image in paths for photo in (image.photos if isinstance(image, MosaicFile) else (image,))):
             if not path.is_file():
@@ -89,6 +105,9 @@ class FeatureCache:
         found: dict[int, Tensor] = {}
         missing = []
         for i, entry in enumerate(entries):
+            if self.kept is not None and entry in self.kept:
+                found[i] = self.kept[entry]
+                continue
             if entry.is_file():
                 try:
                     found[i] = torch.load(entry, map_location="cpu", weights_only=True)
@@ -107,6 +126,8 @@ class FeatureCache:
             for i, feature in zip(chunk, features):
                 save_torch_atomic(entries[i], feature.clone(), durable=False)  # a damaged entry is recomputed
                 found[i] = feature
+        if self.kept is not None:
+            self.kept.update((entries[i], feature) for i, feature in found.items())
         return torch.stack([found[i] for i in range(len(paths))]) if paths else torch.empty(0)
 
 

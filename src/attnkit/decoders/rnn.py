@@ -32,6 +32,7 @@ from attnkit.attention import Attention
 from attnkit.cells import CELLS
 from attnkit.config import DecoderConfig
 from attnkit.interfaces import DecoderOutput, EncoderOutput, StepOutput
+from attnkit.precision import to_fp32, without_autocast
 
 # The choices of decoder.style (see above), each with its reading offset: how many steps after the step that
 # emits a word the style's attention query has read that word (attnkit.analysis.word_attention). Step t reads
@@ -169,11 +170,18 @@ class RNNDecoder(nn.Module):
         A single step goes layer by layer through the fused cell kernels with the RNN
         module's own weights: on CPU, nn.LSTM called on one step at a time takes about
         1.7x as long (it dispatches to oneDNN's sequence kernel). Several steps go
-        through the module.
+        through the module. Either way in fp32, outside autocast (:mod:`attnkit.precision`):
+        the state it returns is fp32 too.
         """
-        if inputs.shape[1] != 1:
-            return self.rnn(inputs, hx)
-        rnn, layer_input = self.rnn, inputs[:, 0]  # (B, I)
+        inputs, hx = to_fp32(inputs), to_fp32(hx)
+        with without_autocast():
+            if inputs.shape[1] != 1:
+                return self.rnn(inputs, hx)
+            return self._cell_step(inputs[:, 0], hx)
+
+    def _cell_step(self, layer_input: Tensor, hx):
+        """One step (B, I) through every layer's fused cell kernel -> outputs (B, 1, H) and the new ``hx``."""
+        rnn = self.rnn
         hidden, cell = hx if self.is_lstm else (hx, None)
         hiddens, cells = [], []
         for layer in range(rnn.num_layers):

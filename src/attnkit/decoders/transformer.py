@@ -84,7 +84,7 @@ class TransformerDecoderLayer(nn.Module):
         x: Tensor,
         past_keys: Tensor,
         past_values: Tensor,
-        causal: Tensor | None,
+        causal: bool,
         cross_keys: Tensor,
         cross_values: Tensor,
         memory_mask: Tensor,
@@ -96,7 +96,7 @@ class TransformerDecoderLayer(nn.Module):
         normed = self.self_norm(x)
         new_keys, new_values = self.self_attention.keys_values(normed)  # (B*K, h, T, d) each
         keys, values = torch.cat([past_keys, new_keys], 2), torch.cat([past_values, new_values], 2)  # (B*K, h, t+T, d)
-        attended, _ = self.self_attention(normed, keys, values, causal)  # (B*K, T, M); its own row's cache: beams 1
+        attended, _ = self.self_attention(normed, keys, values, None, causal=causal)  # (B*K, T, M); its own row's cache: beams 1
         x = x + self.dropout(attended)
         context, weights = self.cross_attention(
             self.cross_norm(x), cross_keys, cross_values, memory_mask.unsqueeze(1), beams, need_weights
@@ -153,7 +153,7 @@ class TransformerDecoder(nn.Module):
             mask=encoded.mask,
         )
 
-    def _layers(self, x: Tensor, state: TransformerState, causal: Tensor | None, weights_of: set[int]):
+    def _layers(self, x: Tensor, state: TransformerState, causal: bool, weights_of: set[int]):
         """Every layer over x (B*K, T, M) after ``state``'s cached steps -> x, the new caches, the weights of ``weights_of``."""
         keys, values, weights = [], [], {}
         for i, layer in enumerate(self.layers):
@@ -170,7 +170,7 @@ class TransformerDecoder(nn.Module):
     def step(self, previous: Tensor, state: TransformerState) -> StepOutput:
         """Advance by one target word: ``previous`` (B*K,) token ids -> logits over the next word."""
         x = self._embed(previous.unsqueeze(1), start=state.steps)  # (B*K, 1, M)
-        x, keys, values, weights = self._layers(x, state, None, {self.attention_layer})  # the cache holds only the past: nothing to hide
+        x, keys, values, weights = self._layers(x, state, False, {self.attention_layer})  # the cache holds only the past: nothing to hide
         logits = self.output(self.dropout(x)).squeeze(1)  # (B*K, V)
         attention = self._aggregate(weights[self.attention_layer]).squeeze(1)  # (B*K, L)
         return StepOutput(logits, attention, replace(state, self_keys=keys, self_values=values, steps=state.steps + 1))
@@ -183,11 +183,9 @@ class TransformerDecoder(nn.Module):
         """
         if teacher_forcing < 1.0:
             raise ValueError("the transformer decoder trains on the gold prefix only (scheduled sampling is an rnn option)")
-        steps = inputs.shape[1]
-        causal = torch.ones(steps, steps, dtype=torch.bool, device=inputs.device).tril().unsqueeze(0)  # (1, T, T) True = may attend
         x = self._embed(inputs, start=0)  # (B, T, M)
         wanted = set(range(len(self.layers))) if need_attention else set()
-        x, _, _, weights = self._layers(x, self.init_state(encoded), causal, wanted)
+        x, _, _, weights = self._layers(x, self.init_state(encoded), True, wanted)  # causal self-attention: the empty cache, T == L
         logits = self.output(self.dropout(x))  # (B, T, V)
         if not need_attention:
             return DecoderOutput(logits, None, encoded.mask)

