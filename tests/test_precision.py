@@ -4,13 +4,12 @@ kept on the host, and the device settings a GPU gets (TF32, loader workers)."""
 
 import pytest
 import torch
-import torchvision
 
 from attnkit import distributed
 from attnkit.captioning import Captioner, train_captioning
 from attnkit.config import load_config
 from attnkit.data.batching import pad_sequences
-from attnkit.data.features import FeatureCache
+from attnkit.data.features import FeatureCache, encoder_identity
 from attnkit.distributed import loader_workers, resolve_device
 from attnkit.interfaces import GridFeatures
 from attnkit.losses import Seq2SeqObjective
@@ -18,6 +17,7 @@ from attnkit.precision import PrecisionProbe, without_autocast
 from attnkit.translation import Translator, train_translation
 from conftest import tiny_model
 from test_captioning import TINY, write_shape_images
+from test_feature_cache import _encoder, _photos, weights  # noqa: F401 (weights: a fixture)
 
 BF16 = dict(device_type="cpu", dtype=torch.bfloat16)
 
@@ -90,21 +90,11 @@ def test_cached_features_travel_in_fp16_and_are_upcast_on_arrival():
     assert moved.features.dtype == torch.float32 and features.features.dtype == torch.float16
 
 
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory):
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("weights") / "resnet18.pth"
-    torch.save(torchvision.models.resnet18(weights=None).state_dict(), path)
-    return path
-
-
 def test_the_cache_reads_and_computes_the_same_features_under_autocast(tmp_path, weights):
     """It crashed: stacking fp16 features under CPU bf16 autocast. And features do not depend on the precision."""
-    from test_feature_cache import _encoder, _photos
-
     encoder = _encoder(weights)
     photos = _photos(tmp_path)
-    identity = __import__("attnkit.data.features", fromlist=["encoder_identity"]).encoder_identity(encoder)
+    identity = encoder_identity(encoder)
     plain = FeatureCache(tmp_path / "plain", identity).get(photos, encoder.grid_features)
     with torch.autocast(**BF16):
         computed = FeatureCache(tmp_path / "autocast", identity).get(photos, encoder.grid_features)
@@ -114,11 +104,9 @@ def test_the_cache_reads_and_computes_the_same_features_under_autocast(tmp_path,
 
 
 def test_a_cache_kept_in_memory_reads_each_file_once(tmp_path, weights):
-    from test_feature_cache import _encoder, _photos
-
     encoder = _encoder(weights)
     photos = _photos(tmp_path)
-    cache = FeatureCache(tmp_path / "cache", __import__("attnkit.data.features", fromlist=["encoder_identity"]).encoder_identity(encoder))
+    cache = FeatureCache(tmp_path / "cache", encoder_identity(encoder))
     first = cache.kept_in_memory()
     features = first.get(photos, encoder.grid_features)
     for entry in cache.folder.glob("*.pt"):
