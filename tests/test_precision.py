@@ -84,6 +84,24 @@ def test_token_lengths_keep_their_host_copy_wherever_the_batch_goes():
     assert moved.lengths.device.type == "meta" and moved.host_lengths is tokens.host_lengths
 
 
+@pytest.mark.parametrize("rnn", ["gru", "lstm"])
+def test_packing_from_the_host_lengths_equals_torch_s_unsorted_packing(rnn):
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    from attnkit.config import TextEncoderConfig
+    from attnkit.encoders.text import TextEncoder, pack_from_host_lengths
+
+    torch.manual_seed(0)
+    encoder = TextEncoder(TextEncoderConfig(rnn=rnn, embedding_size=6, hidden_size=5, num_layers=2, dropout=0.0), 12).eval()
+    tokens = pad_sequences([[4, 5], [6, 7, 8, 9], [10], [4, 4, 4]])
+    embedded = encoder.embedding(tokens.ids)
+    ours = encoder.rnn(pack_from_host_lengths(embedded, tokens.host_lengths))
+    theirs = encoder.rnn(pack_padded_sequence(embedded, tokens.lengths, batch_first=True, enforce_sorted=False))
+    assert torch.equal(ours[0].data, theirs[0].data) and torch.equal(ours[0].unsorted_indices, theirs[0].unsorted_indices)
+    for mine, reference in zip(torch.utils._pytree.tree_leaves(ours[1]), torch.utils._pytree.tree_leaves(theirs[1])):
+        assert torch.equal(mine, reference)  # the final states, back in the batch's order
+
+
 def test_cached_features_travel_in_fp16_and_are_upcast_on_arrival():
     features = GridFeatures(torch.ones(2, 3, 2, 2, dtype=torch.float16))
     moved = features.to("cpu")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from attnkit.blocks import ScaledEmbedding, SelfAttentionStack, sinusoidal_positions
 from attnkit.cells import CELLS
@@ -45,6 +45,17 @@ def _mean_of_real(memory: Tensor, mask: Tensor) -> Tensor:
     """The mean memory vector over each row's real positions (B, D): the summary a decoder may start from."""
     real = mask.unsqueeze(-1).to(memory.dtype)  # (B, S, 1)
     return (memory * real).sum(1) / real.sum(1).clamp(min=1)
+
+
+def pack_from_host_lengths(embedded: Tensor, host_lengths: Tensor) -> PackedSequence:
+    """``embedded`` (B, S, E) packed for an RNN, as ``pack_padded_sequence(..., enforce_sorted=False)`` packs it, from
+    the lengths' host copy and without waiting for the GPU: that function copies its sort order to the device
+    with a blocking copy (a host synchronisation every batch); here the orders travel with non_blocking copies."""
+    sorted_lengths, order = torch.sort(host_lengths, descending=True)  # on the host
+    to_device = lambda indices: indices.to(embedded.device, non_blocking=True)  # noqa: E731
+    sorted_indices, unsorted_indices = to_device(order), to_device(torch.argsort(order))
+    packed = pack_padded_sequence(embedded.index_select(0, sorted_indices), sorted_lengths, batch_first=True)
+    return PackedSequence(packed.data, packed.batch_sizes, sorted_indices, unsorted_indices)  # the RNN and unpacking restore the order
 
 
 class TransformerTextEncoder(nn.Module):
@@ -106,8 +117,7 @@ class TextEncoder(nn.Module):
             real = mask.unsqueeze(-1).to(embedded.dtype)  # (B, S, 1)
             memory = (embedded + sinusoidal_positions(ids.shape[1], embedded.shape[-1], ids.device)) * real  # (B, S, E), padding at zero
             return EncoderOutput(memory=memory, mask=mask, init_state=_mean_of_real(memory, mask), layout=Tokens(lengths))
-        # The host's copy of the lengths: reading the device's would wait for the GPU every batch.
-        packed = pack_padded_sequence(to_fp32(embedded), source.host_lengths, batch_first=True, enforce_sorted=False)
+        packed = pack_from_host_lengths(to_fp32(embedded), source.host_lengths)
         with without_autocast():  # recurrent layers run in fp32 (attnkit.precision)
             outputs, final = self.rnn(packed)
         memory, _ = pad_packed_sequence(outputs, batch_first=True, total_length=ids.shape[1])  # (B, S, D)
