@@ -5,14 +5,16 @@
     python tasks/evaluate.py --checkpoint runs/NAME/averaged.pt --split valid
 
 The mean of the weights after the last few epochs is usually a little better than any one of them
-and costs nothing at decoding time. The checkpoints must be of one model (the same task, vocabularies
-and weight shapes); the result holds weights, config and vocabularies only (it translates and
-captions; it cannot be resumed). Compare it with best.pt on the validation split, not the test.
+and costs nothing at decoding time. The checkpoints must be of one model (the same task, vocabularies,
+weight shapes and model config: heads, image size, ...); the result holds weights, config and vocabularies only (it translates and
+captions; it cannot be resumed). Compare it with best.pt on the validation split, not the test. An
+existing --out (an earlier mean, a run's best.pt) is replaced only with --overwrite.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,12 +22,14 @@ from pathlib import Path
 from attnkit.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
 from attnkit.cli import check_output_file
 from attnkit.errors import UserError, run_cli
+from attnkit.run_folder import RunFolder
 
 
 def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoints", nargs="+", help="checkpoints of one model (e.g. runs/NAME/epoch-*.pt)")
     parser.add_argument("--out", required=True, help="where to write the averaged checkpoint")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out when it exists (a run's best.pt, say)")
     return parser
 
 
@@ -47,8 +51,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _same_file(Path(args.out), path):
             # Refused before any work: the inputs are read one by one, and one would be read after it was replaced.
             raise UserError(f"--out {args.out} is one of the checkpoints to average; write the mean to a new file")
+    out = Path(args.out)
+    run = RunFolder(out.parent)
+    if out.exists() and not args.overwrite:
+        whose = f" (the {out.name} of the run in {run.path})" if run.owns(out) else ""
+        raise UserError(f"--out {out} exists{whose}; pass --overwrite to replace it, or write the mean to a new file")
     checkpoints = [load_checkpoint(path) for path in args.checkpoints]
-    save_checkpoint(args.out, average_checkpoints(checkpoints, args.checkpoints))
+    averaged = average_checkpoints(checkpoints, args.checkpoints)
+    with run.claim() if run.owns(out) else contextlib.nullcontext():  # not while a training writes that run
+        save_checkpoint(out, averaged)
     print(f"wrote {args.out}: the mean of {len(checkpoints)} checkpoints' weights")
     return 0
 

@@ -1,15 +1,18 @@
 """Checkpoint averaging: train.keep_epochs keeps the last epochs' weights, tasks/average.py averages them."""
 
+import copy
+import dataclasses
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from attnkit.checkpoint import Checkpoint, average_checkpoints, load_checkpoint
+from attnkit.checkpoint import Checkpoint, average_checkpoints, load_checkpoint, save_checkpoint
 from attnkit.config import to_dict
 from attnkit.data.text import read_parallel
 from attnkit.errors import UserError, run_cli
+from attnkit.run_folder import RunFolder
 from attnkit.translation import Translator, train_translation
 from conftest import tiny_config, tiny_model
 from tasks import average
@@ -33,6 +36,49 @@ def test_checkpoints_of_different_models_do_not_average(vocab):
     other = tiny_model(vocab, hidden_size=12)  # another decoder size: other weight shapes
     with pytest.raises(UserError, match="not a checkpoint of the same model.*weights"):
         average_checkpoints([checkpoint_of(tiny_model(vocab), vocab), checkpoint_of(other, vocab)], ["a.pt", "b.pt"])
+
+
+@pytest.mark.parametrize(
+    "section, key, value, shown",
+    [("decoder", "heads", 2, "decoder.heads 8 vs 2"), ("image_encoder", "image_size", 64, "image_encoder.image_size 224 vs 64")],
+)
+def test_checkpoints_whose_configs_define_other_models_do_not_average(vocab, section, key, value, shown):
+    """Other heads or another image size keep every weight's shape: the configs tell the models apart."""
+    first = checkpoint_of(tiny_model(vocab), vocab)
+    config = copy.deepcopy(first.config)
+    config[section][key] = value
+    other = dataclasses.replace(first, config=config)
+    message = rf"b.pt is not a checkpoint of the same model as a.pt: their configs differ \(a.pt vs b.pt\): {shown}; only one model's"
+    with pytest.raises(UserError, match=message):
+        average_checkpoints([first, other], ["a.pt", "b.pt"])
+    config = copy.deepcopy(first.config)
+    config["train"]["epochs"] = 40  # a resumed run's later epochs: the same model
+    assert average_checkpoints([first, dataclasses.replace(first, config=config)], ["a.pt", "b.pt"]).config == config
+
+
+def test_average_replaces_an_existing_out_only_with_overwrite(vocab, tmp_path, capsys):
+    run = tmp_path / "run"
+    epochs = [str(save_checkpoint(run / f"epoch-{seed}.pt", checkpoint_of(tiny_model(vocab, seed=seed), vocab))) for seed in (1, 2)]
+    for name in ("best.pt", "last.pt"):
+        save_checkpoint(run / name, checkpoint_of(tiny_model(vocab, seed=0), vocab))
+    (tmp_path / "mean.pt").write_bytes(b"an earlier mean")
+    kept = {path: path.read_bytes() for path in (run / "best.pt", tmp_path / "mean.pt")}
+    for out, message in [
+        (run / "best.pt", f"error: --out {run / 'best.pt'} exists (the best.pt of the run in {run}); pass --overwrite to replace it"),
+        (tmp_path / "mean.pt", f"error: --out {tmp_path / 'mean.pt'} exists; pass --overwrite to replace it"),
+    ]:
+        assert run_cli(average.main, [*epochs, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(message) and err.count("\n") == 1, err
+    with RunFolder(run).claim():  # a training writes the run: its best.pt is not replaced under it
+        assert run_cli(average.main, [*epochs, "--out", str(run / "best.pt"), "--overwrite"]) == 2
+    assert "is being written by another training" in capsys.readouterr().err
+    assert {path: path.read_bytes() for path in kept} == kept
+
+    assert run_cli(average.main, [*epochs, "--out", str(run / "best.pt"), "--overwrite"]) == 0
+    averaged = load_checkpoint(run / "best.pt").model
+    for name, tensor in averaged.items():
+        torch.testing.assert_close(tensor, (load_checkpoint(epochs[0]).model[name] + load_checkpoint(epochs[1]).model[name]) / 2, msg=name)
 
 
 @pytest.mark.slow
@@ -70,8 +116,6 @@ def test_keep_epochs_then_average_end_to_end(toy_data, tmp_path, capsys, monkeyp
 
 def test_average_bad_input(vocab, tmp_path, capsys):
     path = tmp_path / "one.pt"
-    from attnkit.checkpoint import save_checkpoint
-
     save_checkpoint(path, checkpoint_of(tiny_model(vocab), vocab))
     other = tmp_path / "two.pt"
     save_checkpoint(other, checkpoint_of(tiny_model(vocab, seed=1), vocab))

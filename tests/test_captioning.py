@@ -34,7 +34,7 @@ def scenes(tmp_path_factory):
 
 
 TINY = [
-    "task=captioning", "image_encoder.backbone=resnet18", "image_encoder.weights=none", "image_encoder.image_size=32",
+    "task=captioning", "image_encoder.backbone=resnet18", "image_encoder.weights=none", "image_encoder.image_size=64",
     "image_encoder.grid_size=2", "image_encoder.memory_size=32", "decoder.embedding_size=16", "decoder.hidden_size=48",
     "decoder.attention_size=16", "decoder.dropout=0.0", "decoder.style=luong", "decoder.score=general",
     "data.tokenizer.kind=space", "data.feature_cache=", "train.batch_size=4", "train.lr=0.005", "train.patience=0",
@@ -147,11 +147,11 @@ def test_fine_tuning_the_last_block_trains_on_the_cached_frozen_prefix(scenes, t
     weights = tmp_path / "resnet18.pth"
     torch.save(torchvision.models.resnet18(weights=None).state_dict(), weights)
     cache = tmp_path / "cache"
-    overrides = [f"image_encoder.weights={weights}", f"data.feature_cache={cache}", "image_encoder.trainable_blocks=1"]
+    overrides = [f"image_encoder.weights={weights}", f"data.feature_cache={cache}", "image_encoder.trainable_blocks=1", "image_encoder.grid_size=1"]
     config = load_config(None, [f"data.path={scenes}", f"output_dir={tmp_path / 'run'}", "train.epochs=1", *TINY, *overrides])
     train_captioning(config, progress_bar=False, log=lambda _: None)
     entries = sorted(cache.rglob("*.pt"))
-    assert len(entries) == 12 and torch.load(entries[0], weights_only=True).shape == (512, 1, 1)  # the map before the last block (32 px / 32), not a pooled 2 x 2 grid
+    assert len(entries) == 12 and torch.load(entries[0], weights_only=True).shape == (512, 2, 2)  # the map before the last block (64 px / 32), not the pooled 1 x 1 grid
     with_cache = Captioner.from_checkpoint(tmp_path / "run" / "best.pt", device="cpu", cache_dir=cache)
     pixels_only = Captioner.from_checkpoint(tmp_path / "run" / "best.pt", device="cpu")
     last = with_cache.model.encoder_for("image").backbone[-1]

@@ -1,3 +1,4 @@
+import dataclasses
 import errno
 import io
 
@@ -7,7 +8,7 @@ import torch
 from attnkit import checkpoint as checkpoint_module
 from attnkit import files as files_module
 from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights, save_checkpoint
-from attnkit.config import ExperimentConfig, from_dict, to_dict
+from attnkit.config import ExperimentConfig, TrainConfig, from_dict, to_dict
 from attnkit.data.batching import pad_sequences
 from attnkit.errors import UserError
 from attnkit.model import build_translation_model, model_from_checkpoint
@@ -166,6 +167,17 @@ def test_the_config_comes_back_complete_and_an_old_n_best_is_dropped(tmp_path, v
     assert "n_best" not in loaded.config["search"]
     assert loaded.config == to_dict(tiny_config()), "missing sections come back with their defaults"
     assert from_dict(ExperimentConfig, loaded.config) == tiny_config()
+
+
+def test_resuming_refuses_another_model_even_when_the_weights_fit(vocab):
+    """Two heads instead of eight keep every weight's shape; the change is refused, with the saved and asked values."""
+    saved = Checkpoint("translation", to_dict(tiny_config(**TINY_TRANSFORMER)), {"source": vocab.to_list(), "target": vocab.to_list()}, {})
+    asked = tiny_config(**{**TINY_TRANSFORMER, "heads": 4})
+    with pytest.raises(UserError, match=r"cannot resume: the config changes the checkpoint's model \(saved vs asked\): decoder.heads 2 vs 4; keep") as error:
+        saved.refuse_another_model(asked)
+    assert "\n" not in str(error.value)
+    longer = dataclasses.replace(tiny_config(**TINY_TRANSFORMER), train=TrainConfig(epochs=50, max_minutes=3, device="cpu", threads=1))
+    saved.refuse_another_model(longer)  # how it trains may change
 
 
 def test_weights_that_do_not_fit_the_model_are_one_user_error(tmp_path, vocab):

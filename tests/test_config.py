@@ -127,7 +127,8 @@ def test_an_override_that_is_not_yaml_is_a_user_error(value):
         ("data.tokenizer.kind=bpe", "data.tokenizer.kind: unknown tokenizer kind 'bpe'; choose one of moses, nltk, space"),
         ("image_encoder.backbone=vgg16", "image_encoder.backbone: unknown image backbone 'vgg16'"),
         ("image_encoder.grid_size=-1", "image_encoder.grid_size must be at least 0"),
-        ("image_encoder.image_size=0", "image_encoder.image_size must be at least 1"),
+        ("image_encoder.image_size=0", "image_encoder.image_size must be at least 32"),
+        ("image_encoder.image_size=1", "image_encoder.image_size must be at least 32, got 1"),
         ("image_encoder.memory_size=-1", "image_encoder.memory_size must be at least 0"),
         ("image_encoder.blocks=-1", "image_encoder.blocks must be at least 0"),
         ("image_encoder.trainable_blocks=-1", "image_encoder.trainable_blocks must be at least 0"),
@@ -160,10 +161,20 @@ def test_zero_stays_valid_where_it_means_off_or_auto():
         "image_encoder.grid_size=0", "image_encoder.memory_size=0", "image_encoder.blocks=0", "image_encoder.backbone_lr=0",
         "image_encoder.weights_sha256=none", f"image_encoder.weights_sha256={'ab' * 32}", "image_encoder.backbone=local_cnn",
         "decoder.readout_size=0", "decoder.dropout=0", "decoder.score=none", "text_encoder.rnn=none", "data.max_vocab=0",
-        "data.feature_cache=", "search.max_length_ratio=0", "search.max_length_offset=0", "search.length_penalty=0", "output_dir=",
+        "data.feature_cache=", "search.max_length_ratio=0", "search.length_penalty=0", "output_dir=",
     ]  # fmt: skip
     config = load_config(None, overrides)
     assert config.train.patience == 0 and config.image_encoder.grid_size == 0 and config.decoder.score == "none"
+    assert load_config(None, ["search.max_length_offset=0"]).search.max_length_offset == 0  # with the default ratio
+
+
+@pytest.mark.parametrize("ratio, offset", [(0, 0), (0.5, 0)])
+def test_an_output_length_limit_that_allows_no_word_is_refused(ratio, offset):
+    """ratio x source length + offset below 1 for a one-word source: search would clamp every such output to one word."""
+    with pytest.raises(UserError, match="search.max_length_ratio and search.max_length_offset: .* allows no word for a one-word source"):
+        load_config(None, [f"search.max_length_ratio={ratio}", f"search.max_length_offset={offset}"])
+    assert load_config(None, ["search.max_length_ratio=1", "search.max_length_offset=0"]).search.max_length_ratio == 1
+    assert load_config(None, ["search.max_length_ratio=0", "search.max_length_offset=1"]).search.max_length_offset == 1
 
 
 def test_every_number_and_choice_declares_its_rule():
@@ -286,9 +297,36 @@ def test_overrides_apply_to_a_stored_dict_in_place():
     assert values == {"train": {"epochs": 5}, "search": {"beam_size": 2}}
 
 
-def test_training_mosaics_are_a_share_and_refuse_gold_attention():
-    assert load_config(None, ["data.mosaic_share=0.25"]).data.mosaic_share == 0.25
+def test_training_mosaics_are_a_share_of_photos_and_refuse_gold_attention():
+    for task in ("captioning", "multitask"):
+        assert load_config(None, [f"task={task}", "data.mosaic_share=0.25"]).data.mosaic_share == 0.25
     with pytest.raises(UserError, match="data.mosaic_share"):
-        load_config(None, ["data.mosaic_share=1.5"])
+        load_config(None, ["task=captioning", "data.mosaic_share=1.5"])
     with pytest.raises(UserError, match="data.mosaic_share cannot go with train.attention_supervision"):
-        load_config(None, ["data.mosaic_share=0.5", "train.attention_supervision=1"])
+        load_config(None, ["task=captioning", "data.mosaic_share=0.5", "train.attention_supervision=1"])
+    with pytest.raises(UserError, match="config key data.mosaic_share: mosaics are made of training photos .*task translation has none"):
+        load_config(None, ["data.mosaic_share=0.5"])  # translation, the default task
+    assert load_config(None, ["data.mosaic_share=0"]).task == "translation"
+
+
+def test_model_differences_name_what_defines_a_model_and_nothing_else():
+    saved = to_dict(load_config(None, ["data.source_lang=fr", "image_encoder.weights_sha256=none"]))
+    asked = to_dict(
+        load_config(
+            None,
+            [
+                "decoder.heads=2", "image_encoder.image_size=64", "data.tokenizer.lowercase=false", "task=captioning",
+                # what may change: training's length, pace and budget, the device, the data's place, decoding, regularisation
+                "train.epochs=40", "train.max_minutes=5", "train.patience=9", "train.lr=0.1", "train.device=cpu", "train.precision=fp32",
+                "train.threads=1", "train.num_workers=2", "train.log_every=5", "train.keep_epochs=3", "data.path=elsewhere",
+                "data.feature_cache=", "output_dir=runs/x", "name=other", "search.beam_size=2", "decoder.dropout=0.3",
+                "image_encoder.backbone_lr=0.01", "image_encoder.weights=none", "decoder.attention_head=1",
+                "data.source_lang=", "image_encoder.weights_sha256=",  # empty: filled in by training, not a change
+            ],
+        )
+    )  # fmt: skip
+    assert config_module.model_differences(saved, asked) == [
+        "task 'translation' vs 'captioning'", "data.tokenizer.lowercase True vs False", "image_encoder.image_size 224 vs 64", "decoder.heads 8 vs 2",
+    ]  # fmt: skip
+    assert config_module.model_differences(saved, saved) == []
+    assert config_module.model_differences(saved, to_dict(load_config(None, ["data.source_lang=de"]))) == ["data.source_lang 'fr' vs 'de'"]

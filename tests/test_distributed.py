@@ -31,7 +31,7 @@ from test_captioning import TINY as TINY_CAPTIONING, write_shape_images  # noqa:
 from test_train import LEARNS  # noqa: E402
 
 JOINT = [
-    "task=multitask", "data.tokenizer.kind=space", "image_encoder.backbone=resnet18", "image_encoder.image_size=32",
+    "task=multitask", "data.tokenizer.kind=space", "image_encoder.backbone=resnet18", "image_encoder.image_size=64",
     "image_encoder.grid_size=2", "image_encoder.memory_size=12", "text_encoder.embedding_size=8", "text_encoder.hidden_size=6",
     "decoder.embedding_size=8", "decoder.hidden_size=12", "decoder.attention_size=8", "decoder.style=bahdanau",
     "decoder.score=additive", "train.batch_size=4", "train.valid_max_examples=4", "search.beam_size=1",

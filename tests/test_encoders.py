@@ -114,6 +114,23 @@ def test_bad_image_encoder_settings_are_one_message(tmp_path):
         ImageEncoder(ImageEncoderConfig(backbone="resnet34", weights=str(tmp_path / "r18.pth")))
 
 
+@pytest.mark.parametrize("backbone, blocks", [("resnet18", 0), ("efficientnet_lite0", 12), ("local_cnn", 0)])
+def test_a_grid_larger_than_the_feature_map_is_refused_naming_the_map(backbone, blocks):
+    """Pooling a 2 x 2 map to 3 x 3 cells only repeats them: refused when a model is built, with the map's size
+    (the same as a forward pass gives); a trained model still loads as it was trained."""
+    from attnkit.errors import UserError
+
+    encoder, images = image_encoder(backbone, grid=0, blocks=blocks)
+    side = encoder(images).layout.height
+    assert image_encoder(backbone, grid=side, blocks=blocks)[0](images).layout == Grid(side, side)
+    kept = f"the first {blocks} blocks of " if blocks else ""
+    message = rf"image_encoder.grid_size {side + 1} is larger than the feature map of {kept}{backbone} at image_size 64 \({side} x {side}\): .* use grid_size {side} or less"
+    with pytest.raises(UserError, match=message):
+        image_encoder(backbone, grid=side + 1, blocks=blocks)
+    config = ImageEncoderConfig(backbone=backbone, weights="none", image_size=64, grid_size=side + 1, blocks=blocks)
+    assert ImageEncoder(config, load_weights=False)(images).layout == Grid(side + 1, side + 1)
+
+
 @pytest.mark.parametrize("failing", ["torch.load", "load_state_dict"])
 def test_a_backbone_error_with_an_empty_message_is_still_one_message(tmp_path, monkeypatch, failing):
     from attnkit.errors import UserError

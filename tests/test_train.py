@@ -59,6 +59,21 @@ def test_resume_continues_exactly_where_the_run_stopped(toy_data, tmp_path):
     assert b.training["progress"]["epoch"] == 3
 
 
+def test_resume_refuses_a_changed_architecture_and_touches_nothing(toy_data, tmp_path, capsys):
+    """More heads or another size may fit the saved weights (heads always do): one message lists what changed."""
+    from attnkit.errors import run_cli
+    from tasks import train
+
+    train_translation(toy_config(toy_data, tmp_path, "train.epochs=1", "train.valid_max_examples=8"), progress_bar=False, log=lambda _: None)
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir() if path.is_file()}
+    argv = ["--resume", str(tmp_path / "last.pt"), "--no-progress", "--set", "train.epochs=2", "--set", "decoder.hidden_size=32", "--set", "decoder.heads=2"]
+    assert run_cli(train.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot resume: the config changes the checkpoint's model (saved vs asked): decoder.hidden_size 64 vs 32; decoder.heads 8 vs 2; keep")
+    assert err.count("\n") == 1 and "train.epochs" not in err
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir() if path.is_file()} == before
+
+
 def test_an_existing_run_is_not_overwritten(toy_data, tmp_path):
     config = toy_config(toy_data, tmp_path, "train.epochs=1")
     train_translation(config, progress_bar=False, log=lambda _: None)

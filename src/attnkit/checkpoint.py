@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from attnkit import __version__
-from attnkit.config import SUBWORD_TOKENIZER, ExperimentConfig, apply_overrides, drop_legacy_keys, from_dict, to_dict
+from attnkit.config import SUBWORD_TOKENIZER, ExperimentConfig, apply_overrides, drop_legacy_keys, from_dict, model_differences, to_dict
 from attnkit.errors import UserError, first_line
 from attnkit.files import save_torch_atomic
 from attnkit.vocab import SPECIALS, SubwordModel
@@ -67,6 +67,17 @@ class Checkpoint:
     training: dict[str, Any] = field(default_factory=dict)  # optimizer, scheduler, epoch, ... (for --resume)
     attnkit_version: str = __version__
     subword_models: dict[str, bytes] = field(default_factory=dict)  # {"source": ..., "target": ...}: serialised sentencepiece models (data.tokenizer.kind sentencepiece)
+
+    def refuse_another_model(self, config: ExperimentConfig) -> None:
+        """Resuming trains this checkpoint's model on: ``config`` may change how (epochs, budget, device, ...), not what
+        the model is (:data:`attnkit.config.MODEL_KEYS`). Weights that happen to fit another architecture (other heads,
+        another image size) would otherwise train on silently."""
+        changed = model_differences(self.config, to_dict(config))
+        if changed:
+            raise UserError(
+                f"cannot resume: the config changes the checkpoint's model (saved vs asked): {'; '.join(changed)}; "
+                "keep the saved values, or train another model as a new run (--config)"
+            )
 
 
 def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> Path:
@@ -168,11 +179,18 @@ def average_checkpoints(checkpoints: Sequence[Checkpoint], names: Sequence[str])
     config is the last checkpoint's. ``names`` name the checkpoints in errors.
 
     The checkpoints must be of one model: the same task, vocabularies, subword models and weight names
-    and shapes. Integer buffers (counters) are the last checkpoint's."""
+    and shapes, and configs that agree on what defines the model (:data:`attnkit.config.MODEL_KEYS`; other heads or
+    another image size keep the weights' shapes). Integer buffers (counters) are the last checkpoint's."""
     if not checkpoints:
         raise UserError("nothing to average: no checkpoint given")
     first, last = checkpoints[0], checkpoints[-1]
     for checkpoint, name in zip(checkpoints[1:], names[1:]):
+        changed = model_differences(first.config, checkpoint.config)
+        if changed:
+            raise UserError(
+                f"{name} is not a checkpoint of the same model as {names[0]}: their configs differ ({names[0]} vs {name}): {'; '.join(changed)}; "
+                "only one model's checkpoints average"
+            )
         differs = [
             what
             for what, same in (

@@ -36,6 +36,7 @@ SUBWORD_TOKENIZER = "sentencepiece"
 TOKENIZERS = ("moses", "nltk", "space", SUBWORD_TOKENIZER)
 SUBWORD_ALGORITHMS = ("unigram", "bpe")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+MIN_IMAGE_SIZE = 32  # the ImageNet backbones reduce an image 32-fold: smaller ones give them no more than one cell
 
 # Keys that older attnkit versions wrote (into checkpoints and run folders) and that no longer exist,
 # with why; see drop_legacy_keys.
@@ -178,7 +179,7 @@ class ImageEncoderConfig(_Checked):
     backbone: str = checked("efficientnet_lite0", registered("attnkit.encoders.image", "BACKBONES", what="image backbone"))  # resnet18|34|50|101, mobilenet_v3_small|large, efficientnet_b0, efficientnet_lite0, local_cnn (small, from scratch)
     weights: str = checked("default", NOT_EMPTY)  # default: packaged ImageNet weights (efficientnet_lite0), random for others | none | PATH (torchvision state_dict)
     weights_sha256: str = checked("", matching(r"|none|[0-9a-f]{64}", "empty, none or a SHA-256 hex digest"))  # set by training: the digest of the weights file, so a checkpoint needs neither the file nor the package
-    image_size: int = checked(224, at_least(1))  # images are resized to image_size x image_size
+    image_size: int = checked(224, at_least(MIN_IMAGE_SIZE))  # images are resized to image_size x image_size
     blocks: int = checked(0, at_least(0))  # keep only the backbone's first N blocks (0: all): an earlier cut gives finer, more local cells
     grid_size: int = checked(7, at_least(0))  # average-pool the feature map to grid_size x grid_size cells (0: keep the backbone's)
     memory_size: int = checked(512, at_least(0))  # project each cell to this size (0: keep the backbone's channels)
@@ -284,6 +285,14 @@ class SearchConfig(_Checked):
     max_length_ratio: float = checked(2.0, at_least(0))  # stop after max_length_ratio * source length + max_length_offset steps
     max_length_offset: int = checked(10, at_least(0))
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_length_ratio + self.max_length_offset < 1:  # a one-word source (or one cell) would get no word
+            raise UserError(
+                f"config keys search.max_length_ratio and search.max_length_offset: {self.max_length_ratio:g} x source length + "
+                f"{self.max_length_offset} allows no word for a one-word source; raise either"
+            )
+
 
 @dataclass(frozen=True)
 class ExperimentConfig(_Checked):
@@ -307,6 +316,8 @@ class ExperimentConfig(_Checked):
                 f"config key text_encoder.max_positions: {text.max_positions} learned positions cannot read sources of "
                 f"data.max_source_length {self.data.max_source_length}; raise it or use positions: sinusoidal"
             )
+        if self.data.mosaic_share > 0 and self.task == "translation":
+            raise UserError("config key data.mosaic_share: mosaics are made of training photos (task captioning or multitask); task translation has none")
         if self.data.mosaic_share > 0 and self.train.attention_supervision > 0:
             raise UserError("config key data.mosaic_share cannot go with train.attention_supervision: the gold cells are those of one photo's grid, not a mosaic's")
         if self.decoder.family == "transformer" and self.train.teacher_forcing < 1:
@@ -360,6 +371,49 @@ def check_values(config: Any) -> None:
         rule: Rule | None = item.metadata.get(RULE)
         if rule is not None and not rule.test(value):
             raise UserError(rule.message(key, value))
+
+
+# -- what a model is ------------------------------------------------------------------------------------
+# The keys (or whole sections) that build a trained model's network and its vocabularies. A checkpoint resumed,
+# or averaged with others, must agree on them; the rest (where the data lies, how long and how fast training goes,
+# on which device, how outputs are decoded) may differ.
+MODEL_KEYS = ("task", "data.source_lang", "data.target_lang", "data.min_freq", "data.max_vocab", "data.tokenizer", "text_encoder", "image_encoder", "decoder")
+# Within them, not these: regularisation while training, the backbone's learning rate, where the pretrained weights
+# were read (weights_sha256 says which they were), and which attention the analysis reads (chosen after training).
+NOT_MODEL_KEYS = (
+    "text_encoder.dropout", "image_encoder.dropout", "decoder.dropout", "image_encoder.backbone_lr", "image_encoder.weights",
+    "decoder.attention_layer", "decoder.attention_head",
+)  # fmt: skip
+RESOLVED_KEYS = ("data.source_lang", "data.target_lang", "image_encoder.weights_sha256")  # training fills them in when empty
+
+
+def defines_model(key: str) -> bool:
+    """Is dotted ``key`` part of what a trained model is (:data:`MODEL_KEYS`)?"""
+    return key not in NOT_MODEL_KEYS and any(key == part or key.startswith(part + ".") for part in MODEL_KEYS)
+
+
+def model_differences(first: Mapping[str, Any], second: Mapping[str, Any]) -> list[str]:
+    """The keys that define a model on which two configs (plain dicts, :func:`to_dict`) differ, each as
+    ``key first vs second``; a key that training fills in counts only where both configs give it."""
+    one, other = _flat(first), _flat(second)
+    return [
+        f"{key} {one.get(key)!r} vs {other.get(key)!r}"
+        for key in dict.fromkeys([*one, *other])
+        if defines_model(key)
+        and one.get(key) != other.get(key)
+        and not (key in RESOLVED_KEYS and "" in (one.get(key), other.get(key)))
+    ]
+
+
+def _flat(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config dict as ``{dotted key: value}``."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat
 
 
 # -- dicts and YAML --------------------------------------------------------------------------------------

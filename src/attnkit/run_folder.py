@@ -58,6 +58,10 @@ class RunFolder:
         progress = training.get("progress") if isinstance(training, dict) else None
         return progress if isinstance(progress, dict) else {}
 
+    def owns(self, path: Path) -> bool:
+        """Is ``path`` one of the files of the run in this folder (what --overwrite would replace)?"""
+        return path.parent == self.path and (path.name in RUN_FILES or EPOCH_CHECKPOINT.fullmatch(path.name) is not None) and self.holds_run()
+
     def refuse_existing(self, overwrite: bool) -> None:
         """The early check of a new run: a folder that holds a run is kept unless ``overwrite``."""
         if self.holds_run() and not overwrite:

@@ -387,6 +387,8 @@ def train_recipe(
     device = distributed.start(resolve_device(config.train.device))
     log = log if distributed.is_main else _silent
     try:
+        if resume is not None:  # before any work: a changed architecture may fit the saved weights by chance
+            resume.refuse_another_model(config)
         threads = choose_threads(config.train.threads, distributed.local_world_size)
         torch.set_num_threads(threads)
         log(f"{config.task} on {device}" + (f", rank 0 of {distributed.world_size}" if distributed.enabled else "") + f", {threads} CPU thread(s)")

@@ -53,7 +53,6 @@ def local_cnn() -> nn.Sequential:
 @dataclass
 class Backbone:
     blocks: nn.Sequential  # stem, blocks ..., head: features = blocks(images)
-    channels: int  # C of the output feature map
     normalization: tuple[tuple[float, float, float], tuple[float, float, float]]  # mean, std of the input
     weights: str  # what initialised it: a file path, "none"
 
@@ -68,14 +67,14 @@ def build_backbone(name: str, weights: str = "default") -> Backbone:
     if name == LOCAL_CNN:
         network = local_cnn()
         _load(network, path)
-        return Backbone(network, LOCAL_CNN_CHANNELS[-1], IMAGENET_NORMALIZATION, str(path or "none"))
+        return Backbone(network, IMAGENET_NORMALIZATION, str(path or "none"))
     if name == "efficientnet_lite0":
         network = efficientnet_lite.EfficientNetLite0()
         _load(network, path)
         stem = nn.Sequential(network._conv_stem, network._bn0, nn.ReLU6())
         head = nn.Sequential(network._conv_head, network._bn1, nn.ReLU6())
         blocks = [stem, *network._blocks, head]
-        return Backbone(nn.Sequential(*blocks), efficientnet_lite.HEAD, efficientnet_lite.NORMALIZATION, str(path or "none"))
+        return Backbone(nn.Sequential(*blocks), efficientnet_lite.NORMALIZATION, str(path or "none"))
 
     import torchvision
 
@@ -84,15 +83,12 @@ def build_backbone(name: str, weights: str = "default") -> Backbone:
     if name.startswith("resnet"):
         stem = nn.Sequential(network.conv1, network.bn1, network.relu, network.maxpool)
         blocks = [stem, *network.layer1, *network.layer2, *network.layer3, *network.layer4]
-        channels = network.fc.in_features
     elif name.startswith("mobilenet"):
         blocks = list(network.features)
-        channels = network.features[-1].out_channels
     else:  # efficientnet_b0: stages of MBConv blocks between a stem and a head
         features = list(network.features)
         blocks = [features[0], *(block for stage in features[1:-1] for block in stage), features[-1]]
-        channels = features[-1].out_channels
-    return Backbone(nn.Sequential(*blocks), channels, IMAGENET_NORMALIZATION, str(path or "none"))
+    return Backbone(nn.Sequential(*blocks), IMAGENET_NORMALIZATION, str(path or "none"))
 
 
 def _weights_path(name: str, weights: str) -> Path | None:
@@ -124,9 +120,14 @@ def _load(network: nn.Module, path: Path | None) -> None:
         raise UserError(f"{path} does not hold weights of this backbone ({first_line(error)})") from None
 
 
-def _output_channels(blocks: nn.Sequential) -> int:
+def _feature_map(blocks: nn.Sequential, image_size: int) -> tuple[int, int, int]:
+    """(C, H, W) of what ``blocks`` make of one image_size x image_size image. Run on the meta device: shapes
+    only, no arithmetic, so it costs the same at any image size."""
+    meta = {name: tensor.to("meta") for name, tensor in (*blocks.named_parameters(), *blocks.named_buffers())}
     with torch.no_grad():
-        return blocks.eval()(torch.zeros(1, 3, 64, 64)).shape[1]
+        features = torch.func.functional_call(blocks.eval(), meta, (torch.empty(1, 3, image_size, image_size, device="meta"),))
+    channels, height, width = features.shape[1:]
+    return channels, height, width
 
 
 class ImageEncoder(nn.Module):
@@ -143,7 +144,14 @@ class ImageEncoder(nn.Module):
         if config.blocks:
             kept = kept[: config.blocks]
         self.backbone = kept.to(memory_format=torch.channels_last)
-        self.channels = _output_channels(self.backbone) if config.blocks else backbone.channels
+        self.channels, height, width = _feature_map(self.backbone, config.image_size)
+        if load_weights and config.grid_size > min(height, width):  # a trained model loads as it was trained
+            kept = f"the first {config.blocks} blocks of " if config.blocks else ""
+            raise UserError(
+                f"image_encoder.grid_size {config.grid_size} is larger than the feature map of {kept}{config.backbone} at image_size "
+                f"{config.image_size} ({height} x {width}): pooling would only repeat its cells; use grid_size {min(height, width)} "
+                "or less (0 keeps the map), or a larger image_size"
+            )
         self.normalization = backbone.normalization
         self.weights_source = backbone.weights  # the file the backbone was loaded from, or "none"
         blocks = len(self.backbone)
