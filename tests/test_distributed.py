@@ -62,10 +62,12 @@ def _train_worker(rank: int, world: int, port: int, task: str, overrides: list[s
 
     cache_counts = {"hits": 0, "misses": 0}
     compute = FeatureCache.get
+    caches = {}  # the training set's cache and validation's (which keeps its features in memory), each counted
 
     def counting_get(self, *args, **kwargs):
         features = compute(self, *args, **kwargs)
-        cache_counts.update(hits=self.stats.hits, misses=self.stats.misses)
+        caches[id(self)] = self
+        cache_counts.update(hits=sum(c.stats.hits for c in caches.values()), misses=sum(c.stats.misses for c in caches.values()))
         return features
 
     FeatureCache.get = counting_get

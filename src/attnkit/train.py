@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from tqdm import tqdm
 
 from attnkit.checkpoint import Checkpoint, load_weights, save_checkpoint
 from attnkit.config import ExperimentConfig, TrainConfig, save_config, to_dict
 from attnkit.data.batching import BucketBatchSampler
-from attnkit.distributed import Distributed, ShardedBatchSampler, autocast, choose_threads, resolve_device, resolve_precision
+from attnkit.distributed import Distributed, ShardedBatchSampler, autocast, choose_threads, loader_workers, resolve_device, resolve_precision
 from attnkit.errors import UserError
 from attnkit.optim import LearningRateSchedule
 from attnkit.run_folder import RunFolder, epoch_checkpoint_name
@@ -125,7 +125,8 @@ class Trainer:
         epoch_batches = batches(global_batch) if batches is not None else BucketBatchSampler(dataset.lengths, global_batch, shuffle=True, seed=config.seed)
         self.batches = ShardedBatchSampler(epoch_batches, self.distributed.rank, self.distributed.world_size)
         on_cuda = self.device.type == "cuda"
-        workers = config.num_workers or (2 if on_cuda else 0)
+        # On CUDA the loader works beside the GPU (pixels decoded, batches pinned): workers scaled to the cores.
+        workers = config.num_workers or (loader_workers(self.distributed.local_world_size) if on_cuda else 0)
         # The loader draws its workers' base seed from this generator, not from the global one, so a resumed
         # run's dropout stream does not shift by the draw a fresh (persistent) loader makes.
         loader_seed = torch.Generator().manual_seed(config.seed + self.distributed.rank)
@@ -218,22 +219,7 @@ class Trainer:
             self.loader, desc=f"epoch {epoch}", leave=False, mininterval=1.0, disable=not (self.progress_bar and self.distributed.is_main)
         )
         for batch in bar:
-            batch = batch.to(self.device, non_blocking=True)
-            self.schedule.before_step(self.progress.step)
-            with autocast(self.device, self.dtype):
-                out = self.objective(self.train_model, batch)
-            # Normalise by the global batch's tokens and examples: DDP averages the ranks' gradients, so
-            # each rank scales its sums by world / global count, and N ranks x batch B equal one batch of N x B.
-            counts = self.distributed.sum(torch.stack([out.tokens, out.examples]).to(torch.float32))  # (2,)
-            loss = out.loss(counts[0], counts[1]) * world
-            self.optimizer.zero_grad(set_to_none=True)
-            self.scaler.scale(loss).backward()
-            if self.config.clip_norm > 0:
-                self.scaler.unscale_(self.optimizer)
-                nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            self.progress.step += 1
+            loss, out = self.train_step(batch)
             batches += 1
             loss_sum = loss_sum + loss.detach() / world  # this rank's share of the global batch's mean loss
             nll_sum = nll_sum + out.nll_sum
@@ -249,6 +235,29 @@ class Trainer:
             "train_ppl": round(math.exp(min(nll_sum / max(tokens, 1), 50.0)), 3),
             "train_tokens_per_s": round(tokens / seconds, 1),  # every rank's tokens
         }
+
+    def train_step(self, batch: Any) -> tuple[Tensor, Any]:
+        """One optimizer step on ``batch`` (this rank's share of a global batch) -> the loss as the ranks' mean
+        sees it and the objective's output. It reads nothing back from the device: a GPU runs on unhindered
+        (fp16's loss scaler alone checks its gradients on the host; bf16 and fp32 need no scaler)."""
+        world = self.distributed.world_size
+        batch = batch.to(self.device, non_blocking=True)
+        self.schedule.before_step(self.progress.step)
+        with autocast(self.device, self.dtype):
+            out = self.objective(self.train_model, batch)
+        # Normalise by the global batch's tokens and examples: DDP averages the ranks' gradients, so
+        # each rank scales its sums by world / global count, and N ranks x batch B equal one batch of N x B.
+        counts = self.distributed.sum(torch.stack([out.tokens, out.examples]).to(torch.float32))  # (2,)
+        loss = out.loss(counts[0], counts[1]) * world
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        if self.config.clip_norm > 0:
+            self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.progress.step += 1
+        return loss, out
 
     def end_of_epoch(self, record: dict[str, Any], started: float) -> None:
         """Validate, step the LR schedule, decide whether to stop, save checkpoints (rank 0; the others follow)."""
