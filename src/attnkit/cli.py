@@ -188,9 +188,8 @@ def warn_cut_sources(numbers: Sequence[int], limit: int, what: str = "sentence")
 def warn_overlong_sources(translator: Translator, sentences: Iterable[str], what: str = "sentence") -> None:
     """:func:`warn_cut_sources` for those of ``sentences`` that ``translator`` cuts (more words than its pipeline's
     max_source_length), for a script that learns of the cut from no ``Translation.truncated``."""
-    pipeline = translator.pipeline
-    overlong = [number for number, sentence in enumerate(sentences, 1) if len(pipeline.source_tokenizer.tokenize(sentence)) > pipeline.max_source_length]
-    warn_cut_sources(overlong, pipeline.max_source_length, what)
+    overlong = [number for number, sentence in enumerate(sentences, 1) if translator.is_cut(sentence)]
+    warn_cut_sources(overlong, translator.pipeline.max_source_length, what)
 
 
 # ---------------------------------------------------------------- outputs (checked before any work starts)

@@ -149,8 +149,16 @@ class Translator:
         vocab = self.pipeline.source_vocab
         if all(word not in vocab for word in words):
             raise UserError(f"every word of the sentence is unknown to the model ({self.pipeline.source_lang} vocabulary)")
+        return self._cut(words)
+
+    def _cut(self, words: list[str]) -> tuple[list[str], bool]:
+        """The words the encoder reads (the first ``max_source_length``) and whether any were left out."""
         limit = self.pipeline.max_source_length
         return words[:limit], len(words) > limit
+
+    def is_cut(self, sentence: str) -> bool:
+        """Whether only the first ``max_source_length`` words of ``sentence`` would be read (``Translation.truncated``)."""
+        return self._cut(self.pipeline.source_tokenizer.tokenize(sentence))[1]
 
     @torch.no_grad()
     def encode(self, sentences: list[str]) -> tuple[EncoderOutput, list[list[str]]]:
