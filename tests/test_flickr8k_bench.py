@@ -42,3 +42,51 @@ def test_bad_options_are_one_message_before_any_work(flickr8k, capsys, argv, mes
 def test_numbers_and_their_summary(flickr8k):
     assert flickr8k.numbers("0, 1,2", "--seeds", 0) == [0, 1, 2]
     assert flickr8k.mean_and_spread([21.0, 22.5]) == {"mean": 21.75, "spread": 1.5, "runs": [21.0, 22.5]}
+
+
+def _finished(folder: Path, config: dict, epoch: int, stop_reason: str = "", best: bool = True) -> None:
+    """A run folder as training leaves it: last.pt with the config and progress (weights are not read), best.pt beside it."""
+    import torch
+
+    from attnkit.train import TrainingProgress
+
+    folder.mkdir(parents=True)
+    torch.save({"config": config, "training": {"progress": vars(TrainingProgress(epoch=epoch, stop_reason=stop_reason))}}, folder / "last.pt")
+    if best:
+        (folder / "best.pt").write_bytes(b"")
+
+
+def test_reuse_takes_a_finished_run_of_the_same_training_and_continues_one_cut_short(flickr8k, tmp_path):
+    from attnkit.config import load_config, to_dict
+
+    recipe = Path(__file__).resolve().parents[1] / "tasks/configs/flickr8k.yaml"
+
+    def asked(*overrides):
+        return load_config(recipe, ["output_dir=elsewhere", "train.epochs=10", *overrides])
+
+    saved = to_dict(asked("train.seed=0"))
+    saved["data"]["target_lang"] = "en"  # asked as "" (resolved by training): any saved value is the same run
+    _finished(tmp_path / "a-seed0", {**saved, "output_dir": str(tmp_path / "a-seed0")}, epoch=10)
+    _finished(tmp_path / "b-seed1", to_dict(asked("train.seed=1")), epoch=6)  # cut short, no stop reason: not finished
+    _finished(tmp_path / "c-seed2", to_dict(asked("train.seed=2")), epoch=4, stop_reason="early stopping", best=False)
+    _finished(tmp_path / "d-seed3", to_dict(asked("train.seed=3")), epoch=4, stop_reason="early stopping")
+
+    found = flickr8k.finished_run(tmp_path, asked("train.seed=0", "search.beam_size=3", "train.keep_epochs=2"))  # decoding and kept epochs differ
+    assert found is not None and found[0] == tmp_path / "a-seed0" and found[1].epoch == 10
+    assert flickr8k.finished_run(tmp_path, asked("train.seed=0", "train.lr=0.001")) is None  # trained otherwise
+    assert flickr8k.finished_run(tmp_path, asked("train.seed=0", "data.target_lang=de")) is None  # a pinned value must match
+    assert flickr8k.finished_run(tmp_path, asked("train.seed=1")) is None
+    assert flickr8k.finished_run(tmp_path, asked("train.seed=2")) is None  # no best.pt
+    assert flickr8k.finished_run(tmp_path, asked("train.seed=3"))[0] == tmp_path / "d-seed3"
+    # The run cut short is continued in its own folder, never from another one.
+    assert flickr8k.cut_short_run(tmp_path / "b-seed1", asked("train.seed=1")) == tmp_path / "b-seed1" / "last.pt"
+    assert flickr8k.cut_short_run(tmp_path / "other-seed1", asked("train.seed=1")) is None
+    assert flickr8k.cut_short_run(tmp_path / "b-seed1", asked("train.seed=1", "train.lr=0.001")) is None
+    assert flickr8k.cut_short_run(tmp_path / "new" / "b-seed1", asked("train.seed=1")) is None  # a run folder not made yet
+    # Run folders are named by what they train: a changed recipe never trains into an earlier recipe's folder.
+    digest = flickr8k.training_digest
+    assert digest(asked("train.seed=0")) == digest(asked("train.seed=0", "search.length_penalty=0.5", "output_dir=x"))
+    assert digest(asked("train.seed=0")) != digest(asked("train.seed=0", "train.lr=0.001"))
+    (tmp_path / "e-seed4").mkdir()
+    (tmp_path / "e-seed4" / "last.pt").write_text("not a checkpoint")
+    assert flickr8k.finished_run(tmp_path, asked("train.seed=4")) is None
