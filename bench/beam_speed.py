@@ -78,7 +78,7 @@ CAPTION_VOCAB = 1757 + len(SPECIALS)  # Flickr8k subset, words seen at least fiv
 SHORTEST, LONGEST = 6, 18
 MEMORY_SIZE = 512
 TEXT_SEARCH = SearchConfig(beam_size=5, length_penalty=1.0)  # multi30k_de_en.yaml (limit 2 x source + 10)
-GRID_SEARCH = SearchConfig(beam_size=5, length_penalty=0.0, max_length_ratio=0.0, max_length_offset=30)  # flickr8k.yaml
+GRID_SEARCH = SearchConfig(beam_size=5, length_penalty=0.0, max_length_ratio=0.0, max_length_offset=30)  # flickr8k.yaml's when the figures were measured (its length penalty is 1 now: the ranking changes, not the work per step)
 TRANSFORMER = dict(family="transformer", hidden_size=256, embedding_size=256, num_layers=3, heads=4, feedforward_size=1024, dropout=0.0)
 
 
