@@ -42,14 +42,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 from attnkit.captioning import Captioner, train_captioning
 from attnkit.checkpoint import load_checkpoint
 from attnkit.config import ExperimentConfig, load_config, to_dict
 from attnkit.data.captions import image_root, read_caption_split, write_caption_dataset
 from attnkit.errors import UserError, run_cli
 from attnkit.model import count_parameters
+from attnkit.run_folder import RunFolder
 from attnkit.train import TrainingProgress
 from machine import busy_cores, print_result, project_path
 
@@ -79,7 +78,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-ablation", action="store_true", help="train and test the attention model only (no decoder.score=none baseline)")
     parser.add_argument(
         "--reuse", action="store_true",
-        help="take a finished run under the run folder whose saved config equals the one asked for (output_dir and search apart) instead of training it again",
+        help="take a finished run under the run folder whose saved config equals the one asked for (NOT_TRAINING apart: output_dir, search, kept epochs) "
+        "instead of training it again, and continue one cut short",
     )  # fmt: skip
     parser.add_argument("--no-progress", action="store_true")
     return parser
@@ -130,28 +130,29 @@ def training_keys(config: dict) -> dict:
     return {key: value for key, value in flat.items() if key not in NOT_TRAINING and key.partition(".")[0] not in NOT_TRAINING}
 
 
-def same_training(out: Path, config: ExperimentConfig) -> list[tuple[Path, TrainingProgress]]:
-    """``--reuse``: the run folders under ``out`` whose last.pt trains exactly ``config`` (its saved config equal to it,
-    :data:`NOT_TRAINING` apart), each with its progress."""
-    wanted = training_keys(to_dict(config))
-    found = []
-    for last in sorted(out.glob("*/last.pt")):
-        try:  # the weights stay on disk (mmap): only the config and the progress are read
-            payload = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
-            saved, progress = payload["config"], TrainingProgress(**payload["training"]["progress"])
-        except Exception:  # a damaged file, another format, an older attnkit's progress: not reusable, trained again
-            continue
-        kept = training_keys(saved) if isinstance(saved, dict) else {}
-        # A key asked as "" (e.g. data.target_lang, image_encoder.weights_sha256) is resolved by training and saved resolved.
-        if kept.keys() == wanted.keys() and all(value in ("", kept[key]) for key, value in wanted.items()):
-            found.append((last.parent, progress))
-    return found
+def trains(folder: Path, config: ExperimentConfig) -> TrainingProgress | None:
+    """``--reuse``: the progress of the run in ``folder`` when its last.pt trains exactly ``config`` (its saved config
+    equal to it, :data:`NOT_TRAINING` apart); None for another training, no run, or a file that cannot be read."""
+    run = RunFolder(folder)
+    if not run.holds_run():
+        return None
+    try:
+        saved, progress = run.standing_run()
+        progress = TrainingProgress(**progress)
+    except (UserError, TypeError):  # a damaged file, an older attnkit's progress: not reusable, trained again
+        return None
+    kept, wanted = training_keys(saved), training_keys(to_dict(config))
+    # A key asked as "" (e.g. data.target_lang, image_encoder.weights_sha256) is resolved by training and saved resolved.
+    same = kept.keys() == wanted.keys() and all(value in ("", kept[key]) for key, value in wanted.items())
+    return progress if same else None
 
 
 def finished_run(out: Path, config: ExperimentConfig) -> tuple[Path, TrainingProgress] | None:
-    """A run of :func:`same_training` that ran to its end (all epochs, early stopping or the time budget), with its best.pt."""
-    for folder, progress in same_training(out, config):
-        if (progress.stop_reason != "" or progress.epoch >= config.train.epochs) and (folder / "best.pt").is_file():
+    """A run folder under ``out`` that :func:`trains` ``config`` and ran to its end (all epochs, early stopping or the
+    time budget), with its best.pt."""
+    for folder in sorted(path.parent for path in out.glob("*/last.pt")):
+        progress = trains(folder, config)
+        if progress is not None and (progress.stop_reason != "" or progress.epoch >= config.train.epochs) and (folder / "best.pt").is_file():
             return folder, progress
     return None
 
@@ -163,10 +164,9 @@ def training_digest(config: ExperimentConfig) -> str:
 
 
 def cut_short_run(folder: Path, config: ExperimentConfig) -> Path | None:
-    """``folder``'s last.pt when it trains ``config`` but stopped before its end (the machine or the session went away):
-    ``--reuse`` continues it from there rather than starting over."""
-    standing = [path for path, _ in same_training(folder.parent, config) if path == folder] if folder.parent.is_dir() else []
-    return folder / "last.pt" if standing else None
+    """``folder``'s last.pt when it :func:`trains` ``config`` but stopped before its end (the machine or the session
+    went away): ``--reuse`` continues it from there rather than starting over."""
+    return folder / "last.pt" if trains(folder, config) else None
 
 
 def mean_and_spread(values: list[float]) -> dict:

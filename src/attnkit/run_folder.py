@@ -49,14 +49,19 @@ class RunFolder:
 
     def standing_progress(self) -> dict:
         """The progress saved in the folder's last.pt (epoch, run_id, ...), read without loading the weights."""
+        return self.standing_run()[1]
+
+    def standing_run(self) -> tuple[dict, dict]:
+        """The config and the progress saved in the folder's last.pt (each {} where missing), read without loading the weights."""
         path = self.path / "last.pt"
         try:
-            payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)  # the weights stay on disk
         except Exception:  # whatever a damaged file raises: the user decides what to do with it
             raise UserError(f"{path} cannot be read (damaged or not a checkpoint); pass --overwrite to replace it") from None
+        config = payload.get("config") if isinstance(payload, dict) else None
         training = payload.get("training") if isinstance(payload, dict) else None
         progress = training.get("progress") if isinstance(training, dict) else None
-        return progress if isinstance(progress, dict) else {}
+        return (config if isinstance(config, dict) else {}), (progress if isinstance(progress, dict) else {})
 
     def owns(self, path: Path) -> bool:
         """Is ``path`` one of the files of the run in this folder (what --overwrite would replace)?"""
