@@ -166,7 +166,7 @@ def training_digest(config: ExperimentConfig) -> str:
 def cut_short_run(folder: Path, config: ExperimentConfig) -> Path | None:
     """``folder``'s last.pt when it :func:`trains` ``config`` but stopped before its end (the machine or the session
     went away): ``--reuse`` continues it from there rather than starting over."""
-    return folder / "last.pt" if trains(folder, config) else None
+    return folder / "last.pt" if trains(folder, config) is not None else None
 
 
 def mean_and_spread(values: list[float]) -> dict:
