@@ -317,7 +317,67 @@ def _per_example(attention: Tensor, steps: Tensor, mask: Tensor) -> list[Tensor]
     return [attention[i, : int(steps[i])][..., mask[i]].float().cpu() for i in range(attention.shape[0])]
 
 
-# -- faithfulness: erasure ---------------------------------------------------------------------------------------
+# -- faithfulness: erasure and importance ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _ForcedRun:
+    """One source's plain forced run, step by step, kept so that each step can be run again with memory positions
+    hidden from its attention: the state before each step, the step's attention and its log-probabilities."""
+
+    decoder: object
+    inputs: Tensor  # (T,) <bos> w1 ... w_{T-1}
+    gold: Tensor  # (T,) w1 ... <eos>
+    states: list  # the decoder state before each step
+    attention: Tensor  # (T, L)
+    gold_log_p: Tensor  # (T,) log p of each step's gold token
+    best: Tensor  # (T,) each step's argmax token
+    real: Tensor  # (L,) bool
+
+    @classmethod
+    @torch.no_grad()
+    def of(cls, decoder, encoded: EncoderOutput, target: Tensor, what: str) -> "_ForcedRun":
+        if encoded.batch_size != 1:
+            raise ValueError(f"{what} takes one source at a time")
+        target = target.to(encoded.memory.device)
+        inputs, gold = target[:-1], target[1:]  # (T,), (T,)
+        state, states, attention, log_probs = decoder.init_state(encoded), [], [], []
+        for t in range(inputs.shape[0]):
+            states.append(state)
+            out = decoder.step(inputs[t : t + 1], state)
+            attention.append(out.attention[0])
+            log_probs.append(out.logits[0].float().log_softmax(-1))
+            state = out.state
+        base = torch.stack(log_probs)  # (T, V)
+        return cls(decoder, inputs, gold, states, torch.stack(attention), base.gather(1, gold.unsqueeze(1)).squeeze(1), base.argmax(-1), encoded.mask[0])
+
+    @property
+    def steps(self) -> int:
+        return self.inputs.shape[0]
+
+    @property
+    def positions(self) -> int:
+        return int(self.real.sum())
+
+    @property
+    def device(self) -> torch.device:
+        return self.inputs.device
+
+    @torch.no_grad()
+    def remove(self, removed: Tensor) -> tuple[Tensor, Tensor]:
+        """Run each step t again once per removal ``removed[t, r]`` ((T, R, L) bool, True = hidden from that step's
+        attention; the others renormalise), every removal of a step in one batch, from the step's stored state, so
+        nothing after step t is touched. Returns the gold token's log-probability lost (T, R) and whether the
+        argmax token changed (T, R) float."""
+        per_step = removed.shape[1]
+        copies = torch.zeros(per_step, dtype=torch.long, device=self.device)  # (R,) row 0 and source 0, R times
+        lost, flips = [], []
+        for t, before in enumerate(self.states):
+            intervened = replace(before.select_beams(copies, copies), mask=self.real.unsqueeze(0) & ~removed[t])  # (R, L)
+            log_p = self.decoder.step(self.inputs[t].expand(per_step), intervened).logits.float().log_softmax(-1)  # (R, V)
+            lost.append(self.gold_log_p[t] - log_p[:, self.gold[t]])
+            flips.append((log_p.argmax(-1) != self.best[t]).float())
+        return torch.stack(lost), torch.stack(flips)  # (T, R), (T, R)
+
+
 @dataclass(frozen=True)
 class Erasure:
     """What removing memory positions from one step's attention does to the token that step emits. One entry per
@@ -349,32 +409,14 @@ def erasure(decoder, encoded: EncoderOutput, target: Tensor, draws: int = 5, gen
     Removals per step: the peak, the lowest-weight real position, ``draws`` random real positions, and the
     top 1, 2, ... weighted positions (for ``flip_share``). Nothing here asks which modality made the memory.
     """
-    if encoded.batch_size != 1:
-        raise ValueError("erasure takes one source at a time")
-    device = encoded.memory.device
-    target = target.to(device)
-    inputs, gold = target[:-1], target[1:]  # (T,), (T,)
-    steps = inputs.shape[0]
-    real = encoded.mask[0]  # (L,)
-    positions = int(real.sum())
-
-    state, states, attention, log_probs = decoder.init_state(encoded), [], [], []
-    for t in range(steps):  # the plain forced run: the state before each step, its attention and log-probabilities
-        states.append(state)
-        out = decoder.step(inputs[t : t + 1], state)
-        attention.append(out.attention[0])
-        log_probs.append(out.logits[0].float().log_softmax(-1))
-        state = out.state
-    attention_tl = torch.stack(attention)  # (T, L)
-    base = torch.stack(log_probs)  # (T, V)
-    base_gold = base.gather(1, gold.unsqueeze(1)).squeeze(1)  # (T,)
-    base_best = base.argmax(-1)  # (T,)
+    forced = _ForcedRun.of(decoder, encoded, target, "erasure")
+    steps, real, positions, device = forced.steps, forced.real, forced.positions, forced.device
     nan = torch.full((steps,), float("nan"))
     if positions < 2:
         return Erasure(nan, nan, nan, nan, nan, nan, nan)
 
     # The removals of every step: (T, R, L) True = removed. R = peak, lowest, draws randoms, top-1 ... top-(P-1).
-    weights = attention_tl.float().masked_fill(~real, float("-inf"))  # (T, L)
+    weights = forced.attention.float().masked_fill(~real, float("-inf"))  # (T, L)
     order = weights.argsort(dim=-1, descending=True, stable=True)[:, :positions]  # (T, P) real positions by weight, ties by index
     ranks = torch.arange(positions - 1, device=device)  # (P-1,)
     top = torch.zeros(steps, positions - 1, real.shape[0], dtype=torch.bool, device=device)  # (T, P-1, L)
@@ -383,18 +425,7 @@ def erasure(decoder, encoded: EncoderOutput, target: Tensor, draws: int = 5, gen
     picks = real_index[torch.randint(positions, (steps, draws), generator=generator).to(device)]  # (T, draws)
     single = torch.stack([order[:, 0], order[:, -1]], 1)  # (T, 2) peak, lowest
     singles = torch.nn.functional.one_hot(torch.cat([single, picks], 1), real.shape[0]).bool()  # (T, 2 + draws, L)
-    removed = torch.cat([singles, top], 1)  # (T, R, L)
-    per_step = removed.shape[1]
-
-    # Step t once per removal, from that step's stored state: R copies of the one source, each with its own mask.
-    copies = torch.zeros(per_step, dtype=torch.long, device=device)  # (R,) row 0 and source 0, R times
-    erased = []
-    for t, before in enumerate(states):
-        intervened = replace(before.select_beams(copies, copies), mask=real.unsqueeze(0) & ~removed[t])  # (R, L)
-        erased.append(decoder.step(inputs[t].expand(per_step), intervened).logits.float().log_softmax(-1))  # (R, V)
-    log_p = torch.stack(erased)  # (T, R, V)
-    drop = base_gold.unsqueeze(1) - log_p.gather(2, gold.view(steps, 1, 1).expand(-1, per_step, 1)).squeeze(2)  # (T, R)
-    flip = (log_p.argmax(-1) != base_best.unsqueeze(1)).float()  # (T, R)
+    drop, flip = forced.remove(torch.cat([singles, top], 1))  # (T, R) each
 
     top_flips = flip[:, 2 + draws :]  # (T, P-1): removing the top k+1
     first_flip = torch.where(top_flips.any(1), top_flips.argmax(1).float() + 1, torch.full((steps,), float("nan"), device=device))  # (T,)
@@ -425,4 +456,142 @@ def erasure_means(parts: Sequence[Erasure]) -> dict[str, float]:
     summary["flip_share"] = mean(fields["flip_share"][scored])
     summary["never_flips"] = round(float(fields["flip_share"][scored].isnan().float().mean()), 4) if scored.any() else float("nan")
     summary["steps"] = int(scored.sum())
+    return summary
+
+
+# -- importance: what each word's log-probability rests on, position by position --------------------------------
+# Attention says where a step looks; importance says what its output used. Two forms, both (T, L): for each forced
+# step (target words, then <eos>) and each memory position, the log-probability of the step's gold token lost when
+# the position is taken away (positive: the token needed it). NaN on padded positions.
+#   * through attention (attention_importance): the position hidden from that one step's attention, as erasure
+#     hides its peak, for every real position;
+#   * from the input (occlusion_importance): the input under the position taken away before encoding (a photo's
+#     cell greyed, a source word replaced by <unk>) and the whole forced pass recomputed, so the decoder's initial
+#     state loses it too. The occluded inputs come from the modality's side (Captioner.encode_occluded,
+#     Translator.encode_occluded); nothing here asks which modality made the memory.
+ATTENTION_PATH, INPUT_OCCLUSION = "attention", "input"
+IMPORTANCE_FORMS = (ATTENTION_PATH, INPUT_OCCLUSION)
+
+
+@torch.no_grad()
+def attention_importance(decoder, encoded: EncoderOutput, target: Tensor) -> Tensor:
+    """Each real position hidden from each step's attention, one at a time: log p(gold) lost, (T, L).
+
+    ``encoded`` holds one source; ``target`` (T + 1,) is <bos> w1 ... <eos>. One batch of P removals per step,
+    from the step's state in the plain forced run (see :func:`erasure`). A source of one real position has
+    nothing to renormalise over: its row is NaN."""
+    forced = _ForcedRun.of(decoder, encoded, target, "attention_importance")
+    importance = torch.full((forced.steps, forced.real.shape[0]), float("nan"))
+    if forced.positions < 2:
+        return importance
+    real_index = forced.real.nonzero().squeeze(1)  # (P,)
+    removed = torch.nn.functional.one_hot(real_index, forced.real.shape[0]).bool()  # (P, L): removal r hides position r
+    lost, _ = forced.remove(removed.unsqueeze(0).expand(forced.steps, -1, -1))  # (T, P)
+    importance[:, real_index.cpu()] = lost.cpu()
+    return importance
+
+
+@torch.no_grad()
+def occlusion_importance(decoder, encoded: EncoderOutput, occluded: EncoderOutput, target: Tensor) -> Tensor:
+    """log p(gold) lost at each step when each position's input is taken away before encoding, (T, L).
+
+    ``encoded`` holds one source (L memory positions, P of them real); ``occluded`` (P rows) holds version k of
+    that source with the input under its k-th real position taken away and encoded again. ``target`` (T + 1,) is
+    <bos> w1 ... <eos>. The forced pass runs once over the source and its P versions (one batch), so each
+    version's whole pass, initial state included, is without that position."""
+    if encoded.batch_size != 1:
+        raise ValueError("occlusion_importance takes one source at a time")
+    real_index = encoded.mask[0].nonzero().squeeze(1)  # (P,)
+    if occluded.batch_size != real_index.numel():
+        raise ValueError(f"the source has {real_index.numel()} real positions but {occluded.batch_size} occluded versions were given")
+    target = target.to(encoded.memory.device)
+    both = EncoderOutput.joined([encoded, occluded])  # (1 + P, L): the source, then its versions
+    inputs, gold = target[:-1], target[1:]  # (T,), (T,)
+    logits = decoder(both, inputs.expand(both.batch_size, -1), need_attention=False).logits.float()  # (1 + P, T, V)
+    log_p = logits.log_softmax(-1).gather(2, gold.view(1, -1, 1).expand(both.batch_size, -1, 1)).squeeze(2)  # (1 + P, T)
+    importance = torch.full((inputs.shape[0], encoded.mask.shape[1]), float("nan"))
+    importance[:, real_index.cpu()] = (log_p[0:1] - log_p[1:]).t().cpu()  # (T, P)
+    return importance
+
+
+# -- agreement between attention and importance -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Agreement:
+    """How well each step's attention agrees with its importance over the real positions, beside the same scores
+    of the step's attention shuffled over its positions (what agreement by chance looks like). One entry per step;
+    NaN where a source has fewer than two real positions or the importance row is missing."""
+
+    rank_correlation: Tensor  # (T,) Spearman's rho over positions; 0 when either row is constant (no ranking to agree on)
+    peak_match: Tensor  # (T,) 1.0 when the attention peak is the importance peak (each a single position; else 0.0)
+    top_mass: Tensor  # (T,) attention mass on the most important positions (the top ``top_share``, at least one);
+    #                   NaN where the importance row is constant (no position is more important than another)
+    shuffled_rank_correlation: Tensor  # (T,) the same three for shuffled attention, mean over the draws
+    shuffled_peak_match: Tensor  # (T,)
+    shuffled_top_mass: Tensor  # (T,)
+
+    def steps(self, index: Tensor | slice) -> "Agreement":
+        return Agreement(**{name: getattr(self, name)[index] for name in Agreement.__dataclass_fields__})
+
+
+def ranks(values: Tensor) -> Tensor:
+    """Ranks along the last dimension (0 = smallest), ties given their mean rank, as Spearman's rho needs. (..., L)"""
+    order = values.argsort(dim=-1, stable=True)
+    plain = torch.empty_like(values)
+    plain.scatter_(-1, order, torch.arange(values.shape[-1], dtype=values.dtype).expand_as(values).contiguous())
+    # equal values: the mean of their plain ranks
+    same = values.unsqueeze(-1) == values.unsqueeze(-2)  # (..., L, L)
+    return (same.to(values.dtype) @ plain.unsqueeze(-1)).squeeze(-1) / same.sum(-1).to(values.dtype)
+
+
+def rank_correlation(a: Tensor, b: Tensor) -> Tensor:
+    """Spearman's rho of each row pair of (..., L); 0 where a row is constant (it ranks nothing)."""
+    ra, rb = ranks(a.double()), ranks(b.double())
+    ra, rb = ra - ra.mean(-1, keepdim=True), rb - rb.mean(-1, keepdim=True)
+    spread = (ra.square().sum(-1) * rb.square().sum(-1)).sqrt()
+    rho = (ra * rb).sum(-1) / spread.clamp_min(1e-12)
+    return torch.where(spread > 0, rho, torch.zeros_like(rho)).float()
+
+
+def agreement(attention: Tensor, importance: Tensor, top_share: float = 0.1, draws: int = 20, generator: torch.Generator | None = None) -> Agreement:
+    """Agreement of attention (T, L) with importance (T, L) over the positions where importance is known
+    (not NaN; the real positions), per step; each score also for the step's attention shuffled over those
+    positions (``draws`` permutations)."""
+    steps = attention.shape[0]
+    known = ~importance.isnan().all(0)  # (L,) the real positions
+    positions = int(known.sum())
+    nan = torch.full((steps,), float("nan"))
+    if positions < 2:
+        return Agreement(nan, nan, nan, nan, nan, nan)
+    weights, scores = attention[:, known].float(), importance[:, known].float()  # (T, P)
+    top = max(1, round(top_share * positions))
+    most_important = torch.nn.functional.one_hot(scores.argsort(dim=-1, descending=True, stable=True)[:, :top], positions).sum(1).bool()  # (T, P)
+
+    ranked = scores.amax(-1) > scores.amin(-1)  # (T,) some position matters more than another
+
+    def single_peak(rows: Tensor) -> Tensor:  # (..., P) -> (...,) bool: the maximum is reached once
+        return (rows == rows.amax(-1, keepdim=True)).sum(-1) == 1
+
+    def scored(rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # rows (..., T, P)
+        peaks = (rows.argmax(-1) == scores.argmax(-1)) & single_peak(rows) & single_peak(scores)
+        mass = (rows * most_important).sum(-1)
+        return rank_correlation(rows, scores.expand_as(rows)), peaks.float(), torch.where(ranked, mass, torch.full_like(mass, float("nan")))
+
+    permutations = torch.stack([torch.randperm(positions, generator=generator) for _ in range(draws * steps)]).view(draws, steps, positions)
+    shuffled = weights.unsqueeze(0).expand(draws, -1, -1).gather(2, permutations)  # (draws, T, P)
+    plain, chance = scored(weights), scored(shuffled)
+    return Agreement(*plain, *(values.mean(0) for values in chance))
+
+
+def agreement_means(parts: Sequence[Agreement]) -> dict[str, float]:
+    """Each score's mean over the steps of ``parts`` that have it (several sentences pooled), and how many steps are scored."""
+    if not parts:
+        return {"steps": 0}
+    fields = {name: torch.cat([getattr(part, name) for part in parts]) for name in Agreement.__dataclass_fields__}
+
+    def mean(values: Tensor) -> float:
+        values = values[~values.isnan()]
+        return round(float(values.mean()), 4) if values.numel() else float("nan")
+
+    summary = {name: mean(values) for name, values in fields.items()}
+    summary["steps"] = int((~fields["rank_correlation"].isnan()).sum())
     return summary

@@ -29,7 +29,7 @@ from attnkit.config import ExperimentConfig, SearchConfig, from_dict
 from attnkit.data.batching import Batch, batch_gold, pad_sequences
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
 from attnkit.data.features import FeatureCache, encoder_identity
-from attnkit.data.images import ImageError, ImageSource, MosaicFile, image_tensor, load_image, load_image_source, mosaic_arrangements
+from attnkit.data.images import ImageError, ImageSource, MosaicFile, image_tensor, load_image, load_image_source, mosaic_arrangements, occlude_cells
 from attnkit.encoders.image import ImageEncoder
 from attnkit.errors import UserError
 from attnkit.interfaces import EncoderOutput, GridFeatures, Pixels
@@ -154,19 +154,29 @@ class Captioner:
         encoder: ImageEncoder = self.model.encoder_for("image")
         if self.cache is not None and not any(isinstance(image, Image.Image) for image in images):
             return GridFeatures(self.cache.get([Path(p) for p in images], partial(_grid_on, encoder, self.device)))  # fp16 until .to()
+        return Pixels(torch.stack([self._pixels(image) for image in images]))
+
+    def _pixels(self, image: ImageInput) -> Tensor:
+        """(3, size, size) normalised pixels of an image file or a PIL image (ImageError for a bad file)."""
+        encoder: ImageEncoder = self.model.encoder_for("image")
         size, normalization = encoder.config.image_size, encoder.normalization
-
-        def pixels(image: ImageInput) -> Tensor:
-            if isinstance(image, Image.Image):
-                return image_tensor(image.convert("RGB"), size, normalization)
-            return load_image(image, size, normalization)
-
-        return Pixels(torch.stack([pixels(image) for image in images]))
+        if isinstance(image, Image.Image):
+            return image_tensor(image.convert("RGB"), size, normalization)
+        return load_image(image, size, normalization)
 
     @torch.no_grad()
     def encode(self, images: Sequence[ImageInput]) -> EncoderOutput:
         """The image encoder's output for image files or PIL images (raises ImageError for a bad file)."""
         return self.model.encode(self._sources(images).to(self.device))
+
+    @torch.no_grad()
+    def encode_occluded(self, image: ImageInput, grid: tuple[int, int], batch_size: int = 25) -> EncoderOutput:
+        """One encoding of ``image`` per cell of its ``grid`` (row-major), each with that cell's pixels greyed
+        (:func:`attnkit.data.images.occlude_cells`): what :func:`attnkit.analysis.occlusion_importance` compares
+        the plain encoding with. From the pixels through the whole backbone (a feature cache holds no greyed
+        photos), ``batch_size`` copies at a time. (g*g rows)"""
+        copies = occlude_cells(self._pixels(image), grid)  # (L, 3, H, W)
+        return EncoderOutput.joined([self.model.encode(Pixels(copies[start : start + batch_size]).to(self.device)) for start in range(0, copies.shape[0], batch_size)])
 
     @torch.no_grad()
     def caption(self, images: Sequence[ImageInput], beam_size: int | None = None, batch_size: int = 32, n_best: int = 1) -> list[list[Caption]]:

@@ -15,10 +15,12 @@ read ``layout``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, Union, runtime_checkable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -124,6 +126,22 @@ class EncoderOutput:
     @property
     def batch_size(self) -> int:
         return self.memory.shape[0]
+
+    def row(self, i: int) -> "EncoderOutput":
+        """Source ``i`` of the batch as a batch of one (the layout is only for plots and is kept whole)."""
+        return EncoderOutput(self.memory[i : i + 1], self.mask[i : i + 1], self.init_state[i : i + 1], self.layout)
+
+    @staticmethod
+    def joined(parts: Sequence["EncoderOutput"]) -> "EncoderOutput":
+        """Several batches as one, the memories padded to the longest (padding masked out); the first's layout."""
+        length = max(part.memory.shape[1] for part in parts)
+
+        def padded(part: EncoderOutput) -> tuple[Tensor, Tensor]:
+            extra = length - part.memory.shape[1]
+            return F.pad(part.memory, (0, 0, 0, extra)), F.pad(part.mask, (0, extra), value=False)
+
+        memories, masks = zip(*(padded(part) for part in parts))
+        return EncoderOutput(torch.cat(memories), torch.cat(masks), torch.cat([part.init_state for part in parts]), parts[0].layout)
 
 
 @runtime_checkable

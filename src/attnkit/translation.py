@@ -173,6 +173,15 @@ class Translator:
         return self.model.encode(source)
 
     @torch.no_grad()
+    def encode_occluded(self, words: list[str]) -> EncoderOutput:
+        """One encoding of the source ``words`` (the source tokenizer's tokens) per word, each with that word
+        replaced by ``<unk>``: what :func:`attnkit.analysis.occlusion_importance` compares the plain encoding
+        with. (S rows)"""
+        ids = self.pipeline.source_vocab.encode(words)
+        unknown = self.pipeline.source_vocab.unk_index
+        return self.model.encode(pad_sequences([ids[:k] + [unknown] + ids[k + 1 :] for k in range(len(ids))]).to(self.device))
+
+    @torch.no_grad()
     def translate(
         self, sentences: list[str], beam_size: int | None = None, batch_size: int = 64, n_best: int = 1, replace_unknown: bool = False
     ) -> list[list[Translation]]:

@@ -84,6 +84,22 @@ def load_image(path: str | Path, size: int, normalization: tuple[tuple[float, ..
     return image_tensor(open_rgb(path), size, normalization)
 
 
+def occlude_cells(pixels: Tensor, grid: tuple[int, int]) -> Tensor:
+    """One copy of normalised ``pixels`` (3, H, W) per grid cell, row-major, with that cell's pixels greyed: set to
+    the normalisation's mean colour, 0 after normalising, what the backbone saw least of in training. (g*g, 3, H, W)
+
+    The cells tile the image as the encoder's grid does (cell (r, c) covers rows r*H/g .. (r+1)*H/g, rounded)."""
+    rows, columns = grid
+    _, height, width = pixels.shape
+    copies = pixels.unsqueeze(0).repeat(rows * columns, 1, 1, 1)  # (L, 3, H, W)
+    for cell in range(rows * columns):
+        row, column = divmod(cell, columns)
+        top, bottom = round(row * height / rows), round((row + 1) * height / rows)
+        left, right = round(column * width / columns), round((column + 1) * width / columns)
+        copies[cell, :, top:bottom, left:right] = 0.0
+    return copies
+
+
 MOSAIC_PHOTOS = 4  # a 2 x 2 mosaic, row-major: top-left, top-right, bottom-left, bottom-right
 
 
