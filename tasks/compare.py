@@ -8,8 +8,11 @@ One image and one source sentence (the target defaults to the caption decoded fr
         --image photo.jpg --source "ein hund rennt über das gras ." --target "a dog runs across the grass ." --out runs/compare-real
 
 writes ``comparison.png`` (per target word its image map; below them one matrix of
-every word's weights over the source words), ``report.html`` (self-contained; hover or click a word) and
-``statistics.json`` (entropy, peak, effective positions per word and modality).
+every word's weights over the source words), ``importance.png`` (each word's attention above its
+importance maps: the log-probability it loses when a cell or a source word is taken away, through
+attention and from the input), ``report.html`` (self-contained; hover or click a word; switch between
+attention and importance) and ``statistics.json`` (entropy, peak, effective positions, erasure,
+importance and its agreement with attention, per word and modality).
 
 Localisation without annotations: four photos in a 2 x 2 mosaic (row-major) and their four source
 sentences joined as one source, in the same order; the target describes input ``--own`` (default
@@ -47,7 +50,7 @@ from attnkit.data.images import MOSAIC_PHOTOS, open_rgb
 from attnkit.errors import UserError, run_cli
 from attnkit.report import compare_scenes, write_comparison, write_mosaic_comparison
 
-COMPARISON_FILES = ("comparison.png", "report.html", "statistics.json")  # what write_comparison writes in its folder
+COMPARISON_FILES = ("comparison.png", "importance.png", "report.html", "statistics.json")  # what write_comparison writes in its folder (importance.png: not for a mosaic)
 SCENE_FILES = ("metrics.json", "distributions.png", "erasure.png", "heads.png")  # what compare_scenes writes, beside example/ (a comparison); heads.png for a multi-head decoder
 SCENE_SIZES = (8, 2048)  # smaller scenes have no room for their objects; larger ones only cost memory
 

@@ -8,6 +8,7 @@ from attnkit.config import load_config
 from attnkit.data.batching import BucketBatchSampler, TaskMixSampler, pad_sequences
 from attnkit.data.scenes import write_scene_dataset
 from attnkit.errors import UserError
+from attnkit.interfaces import Pixels
 from attnkit.model import EncoderDecoder, build_captioning_model, build_multitask_model, build_translation_model
 from attnkit.multitask import TaskMixDataset, train_multitask
 from attnkit.vocab import Vocabulary
@@ -150,6 +151,8 @@ def test_joint_training_then_caption_translate_evaluate_and_compare(scenes, tmp_
     assert all("reading" in word for word in statistics["per_word"][:-1]) and set(statistics["reading"]) == {"image", "text"}
     assert all(set(word["erasure"]) == {"image", "text"} for word in statistics["per_word"]) and statistics["erasure"]["text"]["steps"] >= 1
     assert (out / "comparison.png").stat().st_size > 0 and "<script" in (out / "report.html").read_text()
+    assert (out / "importance.png").stat().st_size > 0 and 'id="view"' in (out / "report.html").read_text()
+    assert set(statistics["agreement"]["image"]) == {"attention", "input"} and "importance" in statistics["per_word"][0]
     unknown = ["--checkpoint", checkpoint, "--image", str(image), "--source", "un grand cercle rouge", "--target", "zebra giraffe", "--out", str(tmp_path / "unknown")]
     with pytest.raises(UserError, match="every word of the target sentence 'zebra giraffe' is unknown to the captioner"):
         compare.main(unknown)
@@ -172,6 +175,11 @@ def test_joint_training_then_caption_translate_evaluate_and_compare(scenes, tmp_
         }  # fmt: skip
     assert (scenes_out / "distributions.png").is_file() and (scenes_out / "example" / "report.html").is_file()
     assert (scenes_out / "erasure.png").stat().st_size > 0
+    for form in ("attention", "input"):  # importance maps scored as attention is, and their agreement with it
+        grounding = metrics["test"]["importance_grounding"][form]
+        assert 0 <= grounding["pointing_hit_rate"] <= 100 and 0 <= grounding["aer"] <= 1
+        assert grounding["image_referring_words"] == metrics["test"]["grounding"]["image_referring_words"]
+        assert -1 <= metrics["test"]["agreement"]["text"][form]["rank_correlation"] <= 1
     for modality in ("image", "text"):
         erasure = metrics["test"]["erasure"][modality]
         assert erasure["steps"] == sum(kind["steps"] for kind in erasure["by_word_kind"].values())  # every word, once
@@ -250,6 +258,40 @@ def scene_inputs(scenes: Path, count: int):
 
     truth = [json.loads(line) for line in (scenes / "test.jsonl").read_text().splitlines()][:count]
     return [StudyInput(scenes / "images" / scene["image"], " ".join(scene["sentences"][0]["french"]), " ".join(scene["sentences"][0]["english"])) for scene in truth]
+
+
+def test_importance_maps_of_both_modalities_come_with_their_agreement(scenes, joint_comparer):
+    import torch
+
+    from attnkit.analysis import IMPORTANCE_FORMS
+    from attnkit.data.images import load_image, occlude_cells
+
+    comparer, _ = joint_comparer
+    inputs = scene_inputs(scenes, 2)
+    compared = comparer.compare([i.image for i in inputs], [i.source for i in inputs], [i.target for i in inputs], importance=True)
+    for comparison in compared:
+        steps = len(comparison.target_words)
+        for modality, by_form in comparison.importance().items():
+            positions = (comparison.image_attention if modality == "image" else comparison.text_attention).shape[1]
+            assert all(by_form[form].shape == (steps, positions) for form in IMPORTANCE_FORMS)
+            assert not by_form["input"].isnan().any()
+        statistics = comparison.statistics()
+        assert set(statistics["agreement"]) == {"image", "text"}
+        assert all(-1 <= statistics["agreement"][m][form]["rank_correlation"] <= 1 for m in ("image", "text") for form in IMPORTANCE_FORMS)
+        first = statistics["per_word"][0]["importance"]
+        assert len(first["text"]["input"]) == len(comparison.source_words) and "agreement" in first["image"]
+    # The occluded images are the photo with one cell greyed each, re-encoded from pixels: cell 1's version is that image's encoding.
+    captioner = comparer.captioner
+    encoder = captioner.model.encoder_for("image")
+    plain, versions = captioner.encode_occluded(inputs[0].image, compared[0].grid)
+    pixels = load_image(inputs[0].image, encoder.config.image_size, encoder.normalization)
+    expected = captioner.model.encode(Pixels(occlude_cells(pixels, compared[0].grid)[1:2]))
+    torch.testing.assert_close(versions.row(1).memory, expected.memory, atol=1e-5, rtol=1e-4)
+    assert versions.batch_size == compared[0].grid[0] * compared[0].grid[1] and plain.batch_size == 1
+    # A source word replaced by <unk>: version k differs from the plain source's ids at word k only.
+    plain_text, words = comparer.translator.encode_occluded(compared[0].source_words)
+    assert words.batch_size == len(compared[0].source_words)
+    torch.testing.assert_close(plain_text.memory, comparer.translator.encode_words([compared[0].source_words]).memory)
 
 
 def test_a_mosaic_comparison_keeps_each_inputs_positions_and_scores_its_own(scenes, joint_comparer):

@@ -145,3 +145,50 @@ def test_the_head_switch_draws_the_chosen_heads_map_and_bars(tmp_path):
         assert bars() == pytest.approx(comparison.text_heads[2, 1, 0].tolist(), abs=1e-3)
     finally:
         browser.quit()
+
+
+def _comparison_with_importance() -> Comparison:
+    """_comparison() with importance maps: through attention, word t rests on cell t and source word t % 3; from the
+    input, on cell 3 - t and source word 2 - t % 3 (log p lost 2.0 there, 0.5 at one other position, else 0)."""
+    maps = {"image": {}, "text": {}}
+    for form, cell, word in (("attention", lambda t: t, lambda t: t % 3), ("input", lambda t: 3 - t, lambda t: 2 - t % 3)):
+        image, text = torch.zeros(4, 4), torch.zeros(4, 3)
+        for t in range(4):
+            image[t, cell(t)], image[t, (cell(t) + 1) % 4] = 2.0, 0.5
+            text[t, word(t)], text[t, (word(t) + 1) % 3] = 2.0, 0.5
+        maps["image"][form], maps["text"][form] = image, text
+    return replace(_comparison(), image_importance=maps["image"], text_importance=maps["text"])
+
+
+def test_the_view_switch_shows_each_importance_form_of_both_modalities(tmp_path):
+    comparison = _comparison_with_importance()
+    statistics = comparison.statistics()
+    assert statistics["per_word"][1]["importance"]["text"]["input"] == [0.0, 2.0, 0.5]
+    assert set(statistics["agreement"]["image"]) == {"attention", "input"}
+    path = write_report(tmp_path / "report.html", Image.new("RGB", (64, 64), (90, 120, 90)), comparison, statistics)
+    assert 'id="view"' in path.read_text()
+    browser = _browser()
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    try:
+        browser.get(path.resolve().as_uri())
+        browser.find_elements(By.CSS_SELECTOR, "button.word")[1].click()
+
+        def heights():
+            return [float(browser.find_element(By.ID, f"bar-{s}").get_attribute("style").split("height:")[1].split("%")[0]) for s in range(3)]
+
+        attention_map = browser.find_element(By.ID, "image-map").get_attribute("src")
+        assert heights() == pytest.approx([10.0, 80.0, 10.0], abs=0.1)  # the attention of "red"
+        Select(browser.find_element(By.ID, "view")).select_by_visible_text("importance from the input")
+        assert heights() == pytest.approx([0.0, 80.0, 20.0], abs=0.1)  # 2.0 and 0.5 of 2.5
+        assert browser.find_element(By.ID, "current-word").text == "red (importance from the input)"
+        assert browser.find_element(By.ID, "image-map").get_attribute("src") != attention_map
+        assert "cell (0, 1)" not in browser.find_element(By.ID, "image-stats").text  # input form: cell 3 - 1 = 2, i.e. (1, 0)
+        assert "(1, 0)" in browser.find_element(By.ID, "image-stats").text and "cercle" in browser.find_element(By.ID, "text-stats").text
+        browser.find_elements(By.CSS_SELECTOR, "button.word")[0].click()  # the switch stays on the chosen view
+        assert heights() == pytest.approx([20.0, 0.0, 80.0], abs=0.1)  # word 0 rests on source word 2, then 0
+        Select(browser.find_element(By.ID, "view")).select_by_visible_text("attention")
+        assert heights() == pytest.approx([70.0, 10.0, 20.0], abs=0.1)
+    finally:
+        browser.quit()

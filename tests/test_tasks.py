@@ -163,7 +163,7 @@ def test_demo_runs_on_the_embedded_corpus_and_lists_its_outputs(tmp_path, capsys
     assert run_cli(demo.main, argv) == 0
     out = capsys.readouterr().out
     scenes = ["scenes/best.pt", "scenes/outputs.txt", "scenes/compare/metrics.json", "scenes/compare/distributions.png"]
-    scenes += [f"scenes/compare/example/{name}" for name in ("comparison.png", "report.html", "statistics.json")]
+    scenes += [f"scenes/compare/example/{name}" for name in ("comparison.png", "importance.png", "report.html", "statistics.json")]
     for name in ["best.pt", "log.jsonl", "translations.txt", "attention.png", "test_scores.json", *scenes]:
         assert (run_dir / name).stat().st_size > 0 and str(run_dir / name) in out
     metrics = json.loads((run_dir / "scenes/compare/metrics.json").read_text())

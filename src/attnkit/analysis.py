@@ -471,6 +471,7 @@ def erasure_means(parts: Sequence[Erasure]) -> dict[str, float]:
 #     Translator.encode_occluded); nothing here asks which modality made the memory.
 ATTENTION_PATH, INPUT_OCCLUSION = "attention", "input"
 IMPORTANCE_FORMS = (ATTENTION_PATH, INPUT_OCCLUSION)
+IMPORTANCE_LABELS = {ATTENTION_PATH: "importance through attention", INPUT_OCCLUSION: "importance from the input"}  # figures, reports
 
 
 @torch.no_grad()
@@ -512,6 +513,27 @@ def occlusion_importance(decoder, encoded: EncoderOutput, occluded: EncoderOutpu
     importance = torch.full((inputs.shape[0], encoded.mask.shape[1]), float("nan"))
     importance[:, real_index.cpu()] = (log_p[0:1] - log_p[1:]).t().cpu()  # (T, P)
     return importance
+
+
+def importance_maps(decoder, encoded: EncoderOutput, occluded: tuple[EncoderOutput, EncoderOutput], target: Tensor) -> dict[str, Tensor]:
+    """Both importance forms of one source over its real positions, {form: (T, P)}, as forced attention gives its
+    rows: through attention from ``encoded`` (what the comparison attends over), from the input from ``occluded``
+    = (the source encoded as its versions are, the versions)."""
+    plain, versions = occluded
+    return {
+        ATTENTION_PATH: attention_importance(decoder, encoded, target)[:, encoded.mask[0].cpu()],
+        INPUT_OCCLUSION: occlusion_importance(decoder, plain, versions, target)[:, plain.mask[0].cpu()],
+    }
+
+
+def importance_distribution(importance: Tensor) -> Tensor:
+    """Importance (T, L) as a distribution over positions per step, to draw it and score it as attention is
+    scored (pointing game, in-box mass, alignment): the positive part (log-probability the token lost)
+    normalised to sum to 1; a step that lost nothing anywhere is uniform (nothing stands out); NaN counts as 0."""
+    lost = importance.float().nan_to_num(0.0).clamp_min(0.0)  # (T, L)
+    total = lost.sum(-1, keepdim=True)  # (T, 1)
+    uniform = torch.full_like(lost, 1.0 / max(lost.shape[-1], 1))
+    return torch.where(total > 0, lost / total.clamp_min(1e-12), uniform)
 
 
 # -- agreement between attention and importance -------------------------------------------------------------------

@@ -170,13 +170,16 @@ class Captioner:
         return self.model.encode(self._sources(images).to(self.device))
 
     @torch.no_grad()
-    def encode_occluded(self, image: ImageInput, grid: tuple[int, int], batch_size: int = 25) -> EncoderOutput:
-        """One encoding of ``image`` per cell of its ``grid`` (row-major), each with that cell's pixels greyed
-        (:func:`attnkit.data.images.occlude_cells`): what :func:`attnkit.analysis.occlusion_importance` compares
-        the plain encoding with. From the pixels through the whole backbone (a feature cache holds no greyed
-        photos), ``batch_size`` copies at a time. (g*g rows)"""
-        copies = occlude_cells(self._pixels(image), grid)  # (L, 3, H, W)
-        return EncoderOutput.joined([self.model.encode(Pixels(copies[start : start + batch_size]).to(self.device)) for start in range(0, copies.shape[0], batch_size)])
+    def encode_occluded(self, image: ImageInput, grid: tuple[int, int], batch_size: int = 25) -> tuple[EncoderOutput, EncoderOutput]:
+        """``image`` encoded as it is (1 row) and once per cell of its ``grid`` (row-major) with that cell's pixels
+        greyed (:func:`attnkit.data.images.occlude_cells`; g*g rows): the two inputs of
+        :func:`attnkit.analysis.occlusion_importance`. Both from the pixels through the whole backbone, so they
+        differ by the greyed cell only (a feature cache holds no greyed photos, and its fp16 features would
+        differ a little everywhere); ``batch_size`` images at a time."""
+        pixels = self._pixels(image)  # (3, H, W)
+        every = torch.cat([pixels.unsqueeze(0), occlude_cells(pixels, grid)])  # (1 + L, 3, H, W)
+        encoded = EncoderOutput.joined([self.model.encode(Pixels(every[start : start + batch_size]).to(self.device)) for start in range(0, every.shape[0], batch_size)])
+        return encoded.row(0), encoded.rows(1, encoded.batch_size)
 
     @torch.no_grad()
     def caption(self, images: Sequence[ImageInput], beam_size: int | None = None, batch_size: int = 32, n_best: int = 1) -> list[list[Caption]]:

@@ -129,7 +129,11 @@ class EncoderOutput:
 
     def row(self, i: int) -> "EncoderOutput":
         """Source ``i`` of the batch as a batch of one (the layout is only for plots and is kept whole)."""
-        return EncoderOutput(self.memory[i : i + 1], self.mask[i : i + 1], self.init_state[i : i + 1], self.layout)
+        return self.rows(i, i + 1)
+
+    def rows(self, start: int, stop: int) -> "EncoderOutput":
+        """Sources ``start`` .. ``stop - 1`` of the batch (the layout is kept whole)."""
+        return EncoderOutput(self.memory[start:stop], self.mask[start:stop], self.init_state[start:stop], self.layout)
 
     @staticmethod
     def joined(parts: Sequence["EncoderOutput"]) -> "EncoderOutput":

@@ -10,7 +10,10 @@ its map over the image next to its weights over the source words, with the
 word's statistics; a table lists every word's statistics for both modalities.
 For a multi-head decoder (a Transformer) a switch per modality shows, instead of the declared
 aggregate, any one layer's head or a layer's mean of heads; those maps are drawn in the browser
-from the weights (one embedded PNG per head and word would make the file many megabytes).
+from the weights (one embedded PNG per head and word would make the file many megabytes). With
+importance maps (``compare(importance=True)``, what :func:`write_comparison` asks for) a view switch
+shows, instead of the attention, what each word's log-probability rested on, through attention or
+from the input, in both modalities.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from attnkit.analysis import READING
+from attnkit.analysis import IMPORTANCE_FORMS, IMPORTANCE_LABELS, READING, importance_distribution
 from attnkit.comparison import (
     DEFAULT_EXTRACTION,
     AttentionComparer,
@@ -36,7 +39,7 @@ from attnkit.comparison import (
 from attnkit.data.scenes import generate_scenes
 from attnkit.errors import UserError
 from attnkit.files import write_text_atomic
-from attnkit.viz import display_image, overlays, plot_cross_modal, plot_distributions, plot_head_tables
+from attnkit.viz import display_image, overlays, plot_cross_modal, plot_distributions, plot_head_tables, plot_importance
 
 SCENE_SPLITS = ("test", "compositional")  # in-distribution held-out scenes, then unseen colour-shape pairs
 
@@ -98,8 +101,28 @@ function drawHeadMap(weights) {  // the input image with the head's map upsample
   context.imageSmoothingEnabled = true;
   context.drawImage(cells, 0, 0, canvas.width, canvas.height);
 }
+function shownView() {  // "attention", or an importance form (the view switch, when the report has importance maps)
+  const choice = document.getElementById("view");
+  return choice ? choice.value : "attention";
+}
+function showImportance(t, form) {  // both modalities' importance maps of word t: what its log-probability rested on
+  const maps = steps[t].importance[form];
+  document.getElementById("image-map").style.display = "";
+  document.getElementById("image-canvas").style.display = "none";
+  document.getElementById("image-map").src = maps.map;
+  document.getElementById("current-word").textContent = steps[t].word + " (" + maps.label + ")";
+  maps.weights.forEach((w, s) => {
+    document.getElementById("bar-" + s).style.height = (100 * w).toFixed(1) + "%";
+    document.getElementById("bar-" + s).title = maps.lost[s] === null ? "" : `log p lost ${maps.lost[s].toFixed(3)}`;
+  });
+  const said = m => `most important ${maps[m].peak}, log p lost there ${maps[m].most.toFixed(3)}` + (maps[m].rho === null ? "" : `; rank correlation with attention ${maps[m].rho.toFixed(2)}`);
+  document.getElementById("image-stats").textContent = "cell " + said("image");
+  document.getElementById("text-stats").textContent = "word " + said("text");
+}
 function show(t) {
   shown = t;
+  document.querySelectorAll(".word, tr.step").forEach(e => e.classList.toggle("active", Number(e.dataset.step) === t));
+  if (shownView() !== "attention") return showImportance(t, shownView());
   const reading = document.getElementById("reading").checked && steps[t].reading;
   const step = reading ? steps[t].reading : steps[t];
   const imageHead = chosenHead("image"), textHead = chosenHead("text");
@@ -117,9 +140,8 @@ function show(t) {
   });
   document.getElementById("image-stats").textContent = `entropy ${image.entropy.toFixed(3)}, peak ${image.peak.toFixed(3)}`;
   document.getElementById("text-stats").textContent = `entropy ${text.entropy.toFixed(3)}, peak ${text.peak.toFixed(3)}`;
-  document.querySelectorAll(".word, tr.step").forEach(e => e.classList.toggle("active", Number(e.dataset.step) === t));
 }
-document.querySelectorAll("input[name=extraction], select.head").forEach(choice => choice.addEventListener("change", () => show(shown)));
+document.querySelectorAll("input[name=extraction], select.head, select#view").forEach(choice => choice.addEventListener("change", () => show(shown)));
 document.querySelectorAll(".word").forEach(button => {
   button.addEventListener("click", () => show(Number(button.dataset.step)));
   button.addEventListener("mouseenter", () => show(Number(button.dataset.step)));
@@ -153,6 +175,31 @@ def _head_switches(comparison: Comparison) -> dict[str, list[str]]:
     return switches
 
 
+def _importance_views(image, comparison: Comparison, statistics: dict) -> dict:
+    """form -> (t -> what the report's view switch shows of word t in that importance form): the image overlay of
+    the importance as a distribution, the source bars (the same), the log-probability lost per source word, and
+    per modality the most important position, the loss there and the attention's rank correlation with it."""
+    maps = comparison.importance()
+    views = {}
+    for form in IMPORTANCE_FORMS:
+        pictures = overlays(image, importance_distribution(maps["image"][form]), comparison.grid)
+        text_shares = importance_distribution(maps["text"][form])  # (T, S)
+
+        def view(t: int, form=form, pictures=pictures, text_shares=text_shares) -> dict:
+            agreed = statistics["per_word"][t]["importance"]
+            found = {"label": IMPORTANCE_LABELS[form], "map": _png_data_url(pictures[t].resize((320, 320))), "weights": [round(float(w), 4) for w in text_shares[t]]}
+            found["lost"] = agreed["text"][form]
+            for modality, names in (("image", None), ("text", comparison.source_words)):
+                lost = maps[modality][form][t].nan_to_num(float("-inf"))
+                peak = int(lost.argmax())
+                rho = agreed[modality].get("agreement", {}).get(form, {}).get("rank_correlation")
+                found[modality] = {"peak": names[peak] if names else f"{divmod(peak, comparison.grid[1])} (row, column)", "most": round(float(lost[peak]), 4), "rho": rho}
+            return found
+
+        views[form] = view
+    return views
+
+
 def write_report(path: str | Path, image, comparison: Comparison, statistics: dict, title: str = "attnkit: attention over an image and over a sentence") -> Path:
     """Write the report for ``comparison`` (``statistics`` as :meth:`Comparison.statistics` gives them).
 
@@ -173,6 +220,7 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
         }
 
     every_head = {"image": comparison.image_heads, "text": comparison.text_heads}  # (T + 1, N, h, L): row t emits word t
+    importance_views = _importance_views(image, comparison, statistics) if comparison.image_importance is not None else None
     for t, word in enumerate(comparison.target_words):
         per_word = statistics["per_word"][t]
         step = {"word": word, **view(maps[t], comparison.text_attention[t], per_word)}
@@ -182,6 +230,8 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
             step["reading"] = view(reading_maps[t], comparison.text_reading[t], per_word["reading"])
             if reading_heads is not None:
                 step["reading"]["heads"] = {modality: head_views(reading_heads[m][t]) for m, modality in enumerate(("image", "text")) if modality in switches}
+        if importance_views is not None:
+            step["importance"] = {form: importance_views[form](t) for form in IMPORTANCE_FORMS}
         steps.append(step)
     escape = html.escape
     buttons = "".join(f'<button class="word" data-step="{t}">{escape(step["word"])}</button>' for t, step in enumerate(steps))
@@ -218,6 +268,12 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
         + "</select></label> "
         for modality, labels in switches.items()
     )
+    if importance_views is not None:  # the view switch: attention, or what the output rested on
+        head_choices += (
+            '<label>show: <select id="view"><option value="attention" selected>attention</option>'
+            + "".join(f'<option value="{form}">{escape(IMPORTANCE_LABELS[form])}</option>' for form in IMPORTANCE_FORMS)
+            + "</select></label>"
+        )
     head_choices = f'<p class="heads">{head_choices}</p>' if head_choices else ""
     height, width = comparison.grid
     target = " ".join(w for w in comparison.target_words[:-1])
@@ -250,8 +306,8 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
 
 
 def write_comparison(comparer: AttentionComparer, image, source: str, target: str | None, out: Path, title: str = "", log=print) -> list[tuple[Path, str]]:
-    """The PNG, HTML report and statistics JSON of one image + sentence."""
-    comparison = comparer.compare([image], [source], None if target is None else [target], heads=True)[0]  # the report's head switch
+    """The PNGs, HTML report and statistics JSON of one image + sentence, importance maps beside the attention."""
+    comparison = comparer.compare([image], [source], None if target is None else [target], heads=True, importance=True)[0]  # the report's switches
     return _write_comparison_files(image, comparison, {"target_given": target is not None}, out, title, log, {})
 
 
@@ -286,11 +342,19 @@ def _write_comparison_files(image, comparison: Comparison, extra: dict, out: Pat
     sentence = " ".join(comparison.target_words[:-1])
     out.mkdir(parents=True, exist_ok=True)
     png = plot_cross_modal(image, comparison, out / "comparison.png", title=title or sentence, **plot)
+    written = [(png, "each target word's attention over the image (panels) and over the source words (matrix)")]
+    if comparison.image_importance is not None:
+        written.append((plot_importance(image, comparison, out / "importance.png", title=title or sentence), "each word's attention beside its importance maps, both modalities"))
     html = write_report(out / "report.html", image, comparison, statistics)
     record = {"target": sentence, **extra, "source_words": comparison.source_words, "grid": list(comparison.grid), **statistics}
     stats = write_text_atomic(out / "statistics.json", json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     log(f"target: {sentence}\nimage attention: {statistics['image']}\ntext attention:  {statistics['text']}")
-    return [(png, "each target word's attention over the image (panels) and over the source words (matrix)"), (html, "interactive report"), (stats, "statistics")]
+    if "agreement" in statistics:
+        log("attention against importance, rank correlation (shuffled attention): " + ", ".join(
+            f"{modality} {form} {found['rank_correlation']} ({found['shuffled_rank_correlation']})"
+            for modality, by_form in statistics["agreement"].items() for form, found in by_form.items()
+        ))  # fmt: skip
+    return [*written, (html, "interactive report"), (stats, "statistics")]
 
 
 def compare_scenes(

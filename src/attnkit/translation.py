@@ -173,13 +173,13 @@ class Translator:
         return self.model.encode(source)
 
     @torch.no_grad()
-    def encode_occluded(self, words: list[str]) -> EncoderOutput:
-        """One encoding of the source ``words`` (the source tokenizer's tokens) per word, each with that word
-        replaced by ``<unk>``: what :func:`attnkit.analysis.occlusion_importance` compares the plain encoding
-        with. (S rows)"""
+    def encode_occluded(self, words: list[str]) -> tuple[EncoderOutput, EncoderOutput]:
+        """The source ``words`` (the source tokenizer's tokens) encoded as they are (1 row) and once per word with
+        that word replaced by ``<unk>`` (S rows): the two inputs of :func:`attnkit.analysis.occlusion_importance`."""
         ids = self.pipeline.source_vocab.encode(words)
         unknown = self.pipeline.source_vocab.unk_index
-        return self.model.encode(pad_sequences([ids[:k] + [unknown] + ids[k + 1 :] for k in range(len(ids))]).to(self.device))
+        encoded = self.model.encode(pad_sequences([ids] + [ids[:k] + [unknown] + ids[k + 1 :] for k in range(len(ids))]).to(self.device))
+        return encoded.row(0), encoded.rows(1, encoded.batch_size)
 
     @torch.no_grad()
     def translate(

@@ -169,6 +169,55 @@ def plot_cross_modal(
     return save_figure(figure, path)
 
 
+def plot_importance(image, comparison, path: str | Path, title: str = "", columns: int = 6) -> Path:
+    """Each target word's attention beside its two importance maps (:mod:`attnkit.analysis`), in both modalities.
+
+    Over the image: per block of ``columns`` words, a row of attention overlays, then a row per importance form
+    (the positive part, normalised per word, so the most important cell is red). Over the source words: three
+    matrices side by side, attention and the two forms, a row per target word. ``comparison`` is an
+    :class:`attnkit.comparison.Comparison` holding importance maps (``compare(importance=True)``)."""
+    from attnkit.analysis import IMPORTANCE_FORMS, IMPORTANCE_LABELS, importance_distribution
+
+    maps = comparison.importance()
+    words, sources = comparison.target_words, comparison.source_words
+    views = [("attention", comparison.image_attention, comparison.text_attention)] + [
+        (IMPORTANCE_LABELS[form], importance_distribution(maps["image"][form]), importance_distribution(maps["text"][form])) for form in IMPORTANCE_FORMS
+    ]
+    blocks = (len(words) + columns - 1) // columns
+    panel = 1.6  # inches per image panel
+    matrix_height = 0.8 + 0.2 * len(words) + 0.075 * max(len(source) for source in sources)
+    figure = _new_figure(
+        figsize=(max(panel * columns + 1.2, 3 * (1.5 + 0.2 * len(sources))), (panel + 0.25) * blocks * len(views) + matrix_height + 0.5), layout="constrained"
+    )
+    grid = figure.add_gridspec(blocks * len(views) + 1, columns, height_ratios=[panel + 0.25] * (blocks * len(views)) + [matrix_height])
+    pictures = [overlays(image, image_rows, comparison.grid) for _, image_rows, _ in views]
+    for block in range(blocks):
+        for v, (label, _, _) in enumerate(views):
+            for column in range(columns):
+                t = block * columns + column
+                picture = figure.add_subplot(grid[block * len(views) + v, column])
+                picture.set_xticks([])
+                picture.set_yticks([])
+                picture.set_frame_on(False)
+                if column == 0:
+                    picture.set_ylabel(label.replace("importance ", "importance\n"), fontsize=8)
+                if t < len(words):
+                    picture.imshow(pictures[v][t])
+                    if v == 0:
+                        picture.set_title(words[t], fontsize=10)
+    matrices = grid[blocks * len(views), :].subgridspec(1, len(views))
+    for v, (label, _, text_rows) in enumerate(views):
+        matrix = figure.add_subplot(matrices[0, v])
+        matrix.imshow(text_rows.float().cpu().numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+        matrix.set_xticks(range(len(sources)), labels=sources, rotation=90, fontsize=7)
+        matrix.set_yticks(range(len(words)), labels=words if v == 0 else [], fontsize=7)
+        matrix.tick_params(length=0)
+        matrix.set_title(f"source words: {label}", fontsize=9)
+    if title:
+        figure.suptitle(title, fontsize=11)
+    return save_figure(figure, path)
+
+
 def plot_distributions(
     series: dict[str, dict[str, Sequence[float]]], path: str | Path, title: str = "", value_range: tuple[float, float] | None = (0.0, 1.0)
 ) -> Path:

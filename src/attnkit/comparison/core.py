@@ -21,8 +21,13 @@ from torch import Tensor
 from attnkit.analysis import (
     EMITTING,
     EXTRACTIONS,
+    IMPORTANCE_FORMS,
     READING,
+    Agreement,
     Erasure,
+    agreement,
+    agreement_means,
+    importance_maps,
     erasure,
     erasure_means,
     forced_attention,
@@ -63,6 +68,25 @@ class Comparison:
     text_heads: Tensor | None = None  # (T + 1, N, h, S); the steps of ``forced_attention(read_eos=True)``
     image_offset: int = 1  # the captioner's decoder.reading_offset
     text_offset: int = 1  # the translator's
+    image_importance: dict[str, Tensor] | None = None  # importance form -> (T, L) log p of each step's token lost per cell
+    text_importance: dict[str, Tensor] | None = None  # form -> (T, S) per source word (compare(importance=True))
+
+    def importance(self) -> dict[str, dict[str, Tensor]]:
+        """Per modality and importance form (:data:`attnkit.analysis.IMPORTANCE_FORMS`), the (T, L) map of every step."""
+        if self.image_importance is None or self.text_importance is None:
+            raise ValueError("this comparison holds no importance maps (compare(importance=True))")
+        return {"image": self.image_importance, "text": self.text_importance}
+
+    def agreement(self, form: str, extraction: str = EMITTING) -> dict[str, Agreement]:
+        """Per modality, how each target word's attention (under ``extraction``) agrees with its importance in
+        ``form``: the importance of the word's own probability, the attention of the step ``extraction`` names.
+        The shuffled baseline is seeded, so a comparison's figures are the same every time."""
+        words = len(self.target_words) - 1
+        maps = self.importance()
+        return {
+            modality: agreement(rows, maps[modality][form][:words], generator=torch.Generator().manual_seed(0))
+            for modality, rows in zip(MODALITIES, self.word_attention(extraction))
+        }
 
     def head_attention(self, extraction: str) -> tuple[Tensor, Tensor]:
         """Every head's attention of the target words under ``extraction``: (W, N, h, L), (W, N', h', S)."""
@@ -99,6 +123,21 @@ class Comparison:
         def erasure_at(found: Erasure, t: int) -> dict:
             return {name: round(float(getattr(found, name)[t]), 4) for name in Erasure.__dataclass_fields__}
 
+        maps = self.importance() if self.image_importance is not None and self.text_importance is not None else None
+        agreed = {form: self.agreement(form) for form in IMPORTANCE_FORMS} if maps is not None else None  # form -> modality -> Agreement
+
+        def importance_at(t: int) -> dict:
+            """Word t's importance maps (NaN, on padding, as null) and, for a word, its attention's agreement with them."""
+            found = {}
+            for modality, by_form in maps.items():
+                found[modality] = {form: [None if v != v else round(float(v), 4) for v in by_form[form][t]] for form in IMPORTANCE_FORMS}
+                if t < len(self.target_words) - 1:
+                    found[modality]["agreement"] = {
+                        form: {name: _number(getattr(agreed[form][modality], name)[t]) for name in ("rank_correlation", "peak_match", "top_mass")}
+                        for form in IMPORTANCE_FORMS
+                    }
+            return found
+
         per_word = []
         for t, word in enumerate(self.target_words):
             record = {"word": word, "image": at(image, t), "text": at(text, t)}
@@ -106,13 +145,23 @@ class Comparison:
                 record["reading"] = {modality: at(summary, t) for modality, summary in reading.items()}
             if erased is not None:
                 record["erasure"] = {modality: erasure_at(found, t) for modality, found in erased.items()}
+            if maps is not None:
+                record["importance"] = importance_at(t)
             per_word.append(record)
         means = {"image": image.mean(), "text": text.mean(), "per_word": per_word}
         if reading is not None:
             means["reading"] = {modality: summary.mean() for modality, summary in reading.items()}
         if erased is not None:
             means["erasure"] = {modality: erasure_means([found]) for modality, found in erased.items()}
+        if agreed is not None:
+            means["agreement"] = {modality: {form: agreement_means([agreed[form][modality]]) for form in IMPORTANCE_FORMS} for modality in MODALITIES}
         return means
+
+
+def _number(value: Tensor) -> float | None:
+    """A JSON number: rounded, NaN as null."""
+    value = float(value)
+    return None if value != value else round(value, 4)
 
 
 class AttentionComparer:
@@ -160,14 +209,18 @@ class AttentionComparer:
         return words, caption_ids, text_ids
 
     def compare(
-        self, images: Sequence[ImageInput], sources: Sequence[str], targets: Sequence[str] | None = None, erase: bool = True, heads: bool = False
-    ) -> list[Comparison]:
+        self, images: Sequence[ImageInput], sources: Sequence[str], targets: Sequence[str] | None = None, erase: bool = True, heads: bool = False,
+        importance: bool = False,
+    ) -> list[Comparison]:  # fmt: skip
         """Force each target (default: the caption decoded from the image) through both encoders' outputs.
 
         ``images``, ``sources`` and ``targets`` are parallel: example i is (image i, source i, target i).
         ``erase``: also measure what erasing memory positions from each step's attention does
         (:func:`attnkit.analysis.erasure`, random draws seeded by the example's position).
         ``heads``: also keep every layer's and head's attention (a Transformer's; an RNN's one attention).
+        ``importance``: also the importance maps of every position in both forms (:mod:`attnkit.analysis`:
+        through attention, and from the input: each grid cell greyed and each source word made ``<unk>``,
+        re-encoded), one or a few batched passes per form and example.
         """
         if len(images) != len(sources) or (targets is not None and len(targets) != len(images)):
             raise UserError("give as many images as source sentences (and target sentences)")
@@ -175,7 +228,7 @@ class AttentionComparer:
             targets = self.decoded_targets(images)
         words, caption_ids, text_ids = self._target_ids(targets)
         text_encoded, source_words = self.translator.encode(list(sources))
-        return self._compare_encoded(words, caption_ids, text_ids, self.captioner.encode(images), text_encoded, source_words, erase, heads)
+        return self._compare_encoded(words, caption_ids, text_ids, self.captioner.encode(images), text_encoded, source_words, erase, heads, images if importance else None)
 
     def decoded_targets(self, images: Sequence[ImageInput]) -> list[str]:
         """The caption the captioner decodes from each image (its recipe's search): the default target to force."""
@@ -189,9 +242,10 @@ class AttentionComparer:
 
     def _compare_encoded(
         self, words: list[list[str]], caption_ids: Tensor, text_ids: Tensor, image_encoded: EncoderOutput, text_encoded: EncoderOutput,
-        source_words: list[list[str]], erase: bool, heads: bool,
+        source_words: list[list[str]], erase: bool, heads: bool, occlude: Sequence[ImageInput] | None = None,
     ) -> list[Comparison]:  # fmt: skip
-        """Force the target ids (B, T) through both encoders' outputs (see ``compare``)."""
+        """Force the target ids (B, T) through both encoders' outputs (see ``compare``); ``occlude``: the images,
+        for importance maps."""
         image_decoder, text_decoder = self.captioner.model.decoder, self.translator.model.decoder
         image_steps, image_every = _forced(image_decoder, image_encoded, caption_ids.to(self.captioner.device), heads)
         text_steps, text_every = _forced(text_decoder, text_encoded, text_ids.to(self.translator.device), heads)
@@ -206,10 +260,17 @@ class AttentionComparer:
                     erasure(decoder, encoded.row(i), ids[i, : len(w) + 2], generator=torch.Generator().manual_seed(i))
                     for decoder, encoded, ids in ((image_decoder, image_encoded, caption_ids), (text_decoder, text_encoded, text_ids))
                 )
+            maps = (None, None)
+            if occlude is not None:
+                image_ids, text_target = caption_ids[i, : len(w) + 2], text_ids[i, : len(w) + 2]
+                maps = (
+                    importance_maps(image_decoder, image_encoded.row(i), self.captioner.encode_occluded(occlude[i], grid), image_ids),
+                    importance_maps(text_decoder, text_encoded.row(i), self.translator.encode_occluded(source), text_target),
+                )
             comparisons.append(
                 Comparison(
                     [*w, EOS], image[: len(w) + 1], grid, source, text[: len(w) + 1], image_reading, text_reading, *erased,
-                    image_every[i], text_every[i], image_decoder.reading_offset, text_decoder.reading_offset,
+                    image_every[i], text_every[i], image_decoder.reading_offset, text_decoder.reading_offset, *maps,
                 )
             )  # fmt: skip
         return comparisons

@@ -12,7 +12,19 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from attnkit.analysis import EMITTING, EXTRACTIONS, ImageGrounding, TextGrounding, image_grounding, summarise, text_grounding
+from attnkit.analysis import (
+    EMITTING,
+    EXTRACTIONS,
+    IMPORTANCE_FORMS,
+    Agreement,
+    ImageGrounding,
+    TextGrounding,
+    agreement_means,
+    image_grounding,
+    importance_distribution,
+    summarise,
+    text_grounding,
+)
 from attnkit.comparison.core import MODALITIES, AttentionComparer
 from attnkit.comparison.word_groups import add_erasure_by_group, erasure_groups, summarise_erasure_by_group
 from attnkit.data.scenes import Scene, word_kind
@@ -132,8 +144,9 @@ def choose_declared_attention(grounding_by_head: dict) -> tuple[int, int]:
 
 
 def evaluate_scenes(
-    comparer: AttentionComparer, scenes: Sequence[Scene], beam_size: int | None = None, batch_size: int = 64, extraction: str = DEFAULT_EXTRACTION
-) -> dict:
+    comparer: AttentionComparer, scenes: Sequence[Scene], beam_size: int | None = None, batch_size: int = 64, extraction: str = DEFAULT_EXTRACTION,
+    importance: bool = True,
+) -> dict:  # fmt: skip
     """Caption and translation quality, attention statistics and grounding on ``scenes``.
 
     Quality: the captions decoded from the images against every phrasing of their
@@ -147,6 +160,9 @@ def evaluate_scenes(
     ``erasure``: per modality (and word kind), what removing the attention peak, a
     random position or the lowest-weight one from a word's step does to its
     log-probability and its argmax (:func:`attnkit.analysis.erasure`).
+    ``importance``: also ``importance_grounding``, each importance form's maps (as distributions,
+    :func:`attnkit.analysis.importance_distribution`) scored exactly as the attention of the emitting step
+    is (pointing game, in-box mass, AER), and ``agreement``: attention against importance per modality and form.
     """
     if not scenes:
         raise UserError("no scenes to evaluate")
@@ -168,14 +184,25 @@ def evaluate_scenes(
     pooled = {name: _SceneGrounding() for name in EXTRACTIONS}
     by_head: dict[str, dict[tuple[int, int], _SceneGrounding]] = {modality: defaultdict(_SceneGrounding) for modality in MODALITIES}
     erased = erasure_groups()  # by word kind
+    by_importance = {form: _SceneGrounding() for form in IMPORTANCE_FORMS}
+    agreed: dict[str, dict[str, list[Agreement]]] = {modality: defaultdict(list) for modality in MODALITIES}  # modality -> form -> parts
     for start in range(0, len(scenes), batch_size):
         chunk = scenes[start : start + batch_size]
         compared = comparer.compare(
-            images[start : start + batch_size], [s.sentences[0].french_text for s in chunk], [s.sentences[0].english_text for s in chunk], heads=True
-        )
+            images[start : start + batch_size], [s.sentences[0].french_text for s in chunk], [s.sentences[0].english_text for s in chunk], heads=True,
+            importance=importance,
+        )  # fmt: skip
         for number, (scene, comparison) in enumerate(zip(chunk, compared), start):
             for name, scores in pooled.items():
                 scores.add(scene, number, *comparison.word_attention(name), comparison.grid)
+            if importance:
+                words = len(comparison.target_words) - 1
+                maps = comparison.importance()
+                for form, scores in by_importance.items():
+                    image_rows, text_rows = (importance_distribution(maps[modality][form][:words]) for modality in MODALITIES)
+                    scores.add(scene, number, image_rows, text_rows, comparison.grid)
+                    for modality, found in comparison.agreement(form, extraction).items():
+                        agreed[modality][form].append(found)
             image_heads, text_heads = comparison.head_attention(extraction)  # (W, N, h, L), (W, N', h', S)
             for layer, head in itertools.product(range(image_heads.shape[1]), range(-1, image_heads.shape[2])):  # -1: the layer's mean
                 by_head["image"][layer, head].add_image(scene, _head_or_mean(image_heads, layer, head), comparison.grid)
@@ -183,6 +210,12 @@ def evaluate_scenes(
                 by_head["text"][layer, head].add_text(scene, number, _head_or_mean(text_heads, layer, head))
             add_erasure_by_group(erased, comparison, [word_kind(word) for word in scene.sentences[0].english])
 
+    with_importance = {}
+    if importance:
+        with_importance = {
+            "importance_grounding": {form: scores.grounding() for form, scores in by_importance.items()},
+            "agreement": {modality: {form: agreement_means(parts) for form, parts in by_form.items()} for modality, by_form in agreed.items()},
+        }
     return {
         "scenes": len(scenes),
         "captioning": {
@@ -202,6 +235,7 @@ def evaluate_scenes(
         "grounding_by_head": _head_table(by_head),
         "attention": pooled[extraction].attention(),
         "erasure": summarise_erasure_by_group(erased, "by_word_kind"),
+        **with_importance,
         "distributions": {
             **pooled[extraction].distributions(),
             **{
@@ -223,6 +257,12 @@ def describe_scene_result(result: dict) -> list[str]:
         + ", ".join(f"{name}: pointing {g['pointing_hit_rate']}%, AER {g['aer']}" for name, g in result["grounding_by_extraction"].items())
         + ")"
     ]
+    for form, grounding in result.get("importance_grounding", {}).items():
+        agreed = ", ".join(f"{modality} {by_form[form]['rank_correlation']} (shuffled {by_form[form]['shuffled_rank_correlation']})" for modality, by_form in result["agreement"].items())
+        lines.append(
+            f"  importance {form}: pointing {grounding['pointing_hit_rate']}%, in-box mass {grounding['in_box_mass']}, AER {grounding['aer']}; "
+            f"its rank correlation with attention: {agreed}"
+        )
     for modality, erased in result["erasure"].items():
         lines.append(
             f"  erasure, {modality}: log p(word) lost {erased['peak_drop']} (peak removed), {erased['random_drop']} (a random position), "
