@@ -88,3 +88,84 @@ def test_causal_attention_is_the_fused_kernel_s_is_causal_and_equals_the_explici
     assert torch.all(weights.triu(1) == 0)
     with pytest.raises(ValueError, match="no mask"):
         attention(x, keys, values, lower, causal=True)
+
+
+# -- sparse normalisers ---------------------------------------------------------------------------------------
+def test_sparsemax_of_a_worked_example():
+    from attnkit.attention import sparsemax
+
+    # sorted 1, 0.8, 0.1: the top two qualify (1 + 2 * 0.8 > 1.8, 1 + 3 * 0.1 < 1.9), tau = (1.8 - 1) / 2 = 0.4
+    torch.testing.assert_close(sparsemax(torch.tensor([0.1, 1.0, 0.8])), torch.tensor([0.0, 0.6, 0.4]))
+    torch.testing.assert_close(sparsemax(torch.zeros(5)), torch.full((5,), 0.2))  # equal scores: uniform
+
+
+def _entmax15_by_bisection(scores: torch.Tensor) -> torch.Tensor:
+    """1.5-entmax written out: the tau with sum(max(z/2 - tau, 0)^2) = 1, found by bisection."""
+    half = scores.double() / 2
+    low, high = half.max() - 1, half.max()
+    for _ in range(100):
+        tau = (low + high) / 2
+        if (half - tau).clamp_min(0).square().sum() > 1:
+            low = tau
+        else:
+            high = tau
+    return (half - (low + high) / 2).clamp_min(0).square().float()
+
+
+def test_entmax15_is_the_projection_with_exact_zeros():
+    from attnkit.attention import entmax15
+
+    generator = torch.Generator().manual_seed(0)
+    scores = 3 * torch.randn(6, 9, generator=generator)
+    found = entmax15(scores)
+    for row, expected in zip(scores, found):
+        torch.testing.assert_close(expected, _entmax15_by_bisection(row), atol=1e-5, rtol=0)
+    torch.testing.assert_close(found.sum(-1), torch.ones(6))
+    assert (found == 0).any()  # spread scores leave some positions exactly out
+
+
+@pytest.mark.parametrize("normaliser", ["softmax", "sparsemax", "entmax15"])
+def test_a_normaliser_over_masked_positions_is_the_normaliser_over_the_real_ones(normaliser):
+    from attnkit.attention import NORMALISERS, normalise
+
+    generator = torch.Generator().manual_seed(1)
+    scores = torch.randn(2, 3, 6, generator=generator, requires_grad=True)  # (B, T, L)
+    mask = torch.tensor([[True] * 4 + [False] * 2, [True] * 6])
+    weights = normalise(scores, mask.unsqueeze(1), normaliser)
+    torch.testing.assert_close(weights[0, :, :4], NORMALISERS[normaliser](scores[0, :, :4]))
+    assert (weights[0, :, 4:] == 0).all()
+    torch.testing.assert_close(weights[1], NORMALISERS[normaliser](scores[1]))
+    weights[:, :, 0].sum().backward()  # differentiable: finite gradients reach the scores
+    assert scores.grad is not None and scores.grad.isfinite().all()
+
+
+def test_multi_head_attention_with_a_sparse_normaliser_gives_the_same_output_with_or_without_weights():
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(8, 2, memory_size=6, normaliser="sparsemax").eval()
+    memory, query = torch.randn(2, 5, 6), torch.randn(2, 3, 8)
+    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2]).unsqueeze(1)  # (B, 1, L)
+    keys, values = attention.keys_values(memory)
+    plain, _ = attention(query, keys, values, mask)
+    with_weights, weights = attention(query, keys, values, mask, need_weights=True)
+    torch.testing.assert_close(plain, with_weights)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 3))
+    assert (weights[1, ..., 3:] == 0).all()
+
+
+@pytest.mark.parametrize("settings", [dict(style="bahdanau", score="additive"), dict(style="luong", score="general")], ids=["bahdanau", "luong"])
+def test_an_rnn_decoder_with_sparsemax_gives_weights_that_sum_to_one(vocab, settings):
+    from attnkit.analysis import forced_attention
+    from attnkit.data.batching import pad_sequences
+    from conftest import tiny_model
+
+    model = tiny_model(vocab, normaliser="sparsemax", **settings)
+    rows = forced_attention(model.decoder, model.encode(pad_sequences([[4, 5, 6, 7, 8, 9]])), torch.tensor([[2, 5, 9, 6, 3]]))[0]
+    torch.testing.assert_close(rows.sum(-1), torch.ones(rows.shape[0]))
+    assert rows.min() >= 0
+
+
+def test_an_unknown_normaliser_is_one_message():
+    from attnkit.config import load_config
+
+    with pytest.raises(UserError, match="decoder.normaliser.*softmax.*sparsemax.*entmax15"):
+        load_config(None, ["decoder.normaliser=sparsest"])

@@ -43,8 +43,59 @@ def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
     ``scores`` is (B, T, L) and ``mask`` (B, L); every row must have at least one
     real position (encoders never produce empty inputs).
     """
-    scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))  # (B, T, L)
-    return torch.softmax(scores, dim=-1)
+    return normalise(scores, mask.unsqueeze(1), "softmax")
+
+
+# -- normalisers: scores -> weights that sum to 1 --------------------------------------------------------------
+# Softmax gives every position some weight; sparsemax (Martins and Astudillo 2016) and 1.5-entmax (Peters et al.
+# 2019) are Euclidean / Tsallis projections onto the simplex that give exactly 0 to positions scored far enough
+# below the best, so a step's attention can rest on a few positions only. Both are exact, sort-based, and
+# differentiable almost everywhere through autograd.
+def sparsemax(scores: Tensor) -> Tensor:
+    """argmin_p ||p - z||^2 over the simplex, along the last axis: max(z - tau, 0) with sum 1."""
+    ordered = scores.sort(dim=-1, descending=True).values  # (..., L)
+    ks = torch.arange(1, scores.shape[-1] + 1, device=scores.device, dtype=scores.dtype)  # (L,)
+    cumulative = ordered.cumsum(-1)
+    support = (1 + ks * ordered > cumulative).sum(-1, keepdim=True)  # (..., 1) >= 1: the top score always qualifies
+    tau = (cumulative.gather(-1, support - 1) - 1) / support.to(scores.dtype)  # (..., 1)
+    return (scores - tau).clamp_min(0.0)
+
+
+def entmax15(scores: Tensor) -> Tensor:
+    """1.5-entmax along the last axis: max(z/2 - tau, 0)^2 with sum 1 (Peters et al. 2019, the exact sort-based algorithm)."""
+    half = scores / 2
+    half = half - half.amax(-1, keepdim=True)
+    ordered = half.sort(dim=-1, descending=True).values  # (..., L)
+    ks = torch.arange(1, scores.shape[-1] + 1, device=scores.device, dtype=scores.dtype)
+    mean = ordered.cumsum(-1) / ks
+    mean_square = ordered.square().cumsum(-1) / ks
+    spread = ks * (mean_square - mean.square())
+    taus = mean - ((1 - spread) / ks).clamp_min(0.0).sqrt()  # (..., L): tau if the support were the top k
+    support = (taus <= ordered).sum(-1, keepdim=True)  # (..., 1)
+    tau = taus.gather(-1, support - 1)
+    return (half - tau).clamp_min(0.0).square()
+
+
+SOFTMAX = "softmax"
+# Every normaliser by its config name (decoder.normaliser): adding one is its function above and one entry here.
+NORMALISERS = {SOFTMAX: lambda scores: torch.softmax(scores, dim=-1), "sparsemax": sparsemax, "entmax15": entmax15}
+
+
+def normalise(scores: Tensor, mask: Tensor | None, normaliser: str) -> Tensor:
+    """Weights over the last axis of ``scores`` (..., L) that sum to 1 over the positions where ``mask`` (broadcast
+    to the scores) is True; the others get exactly 0. Computed in fp32 (a sort and cumulative sums in bf16 would
+    lose the support), returned in the scores' dtype."""
+    dtype, scores = scores.dtype, scores.float()
+    if mask is None:
+        return NORMALISERS[normaliser](scores).to(dtype)
+    if normaliser == SOFTMAX:
+        return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).to(dtype)
+    # The sparse maps give 0 to every score more than 2 below the best (after entmax's halving, 1 below: tau is at
+    # least the top score minus 1 there), so a masked position scored 4 below the best real one gets exactly 0 and
+    # leaves the others' weights as if it were not there; a finite fill keeps the sorts and sums free of inf - inf.
+    best = scores.masked_fill(~mask, float("-inf")).amax(-1, keepdim=True)  # (..., 1)
+    weights = NORMALISERS[normaliser](torch.where(mask, scores, best - 4.0))
+    return weights.masked_fill(~mask, 0.0).to(dtype)
 
 
 class AttentionScore(nn.Module):
@@ -171,18 +222,19 @@ def build_score(name: str, query_size: int, memory_size: int, attention_size: in
 
 
 class Attention(nn.Module):
-    """Scores, masked softmax and the weighted sum of memory."""
+    """Scores, the masked normaliser (softmax unless told) and the weighted sum of memory."""
 
-    def __init__(self, score: str, query_size: int, memory_size: int, attention_size: int):
+    def __init__(self, score: str, query_size: int, memory_size: int, attention_size: int, normaliser: str = SOFTMAX):
         super().__init__()
         self.score = build_score(score, query_size, memory_size, attention_size)
+        self.normaliser = normaliser
 
     def prepare_keys(self, memory: Tensor) -> Tensor:
         return self.score.prepare_keys(memory)
 
     def forward(self, query: Tensor, keys: Tensor, memory: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """query (B, T, Q) -> context (B, T, D) and weights (B, T, L) that sum to 1 over real positions."""
-        weights = masked_softmax(self.score(query, keys), mask)  # (B, T, L)
+        weights = normalise(self.score(query, keys), mask.unsqueeze(1), self.normaliser)  # (B, T, L)
         context = torch.bmm(weights, memory)  # (B, T, D)
         return context, weights
 
@@ -199,12 +251,13 @@ class MultiHeadAttention(nn.Module):
     give the same output (a test checks it).
     """
 
-    def __init__(self, model_size: int, heads: int, memory_size: int | None = None, dropout: float = 0.0):
+    def __init__(self, model_size: int, heads: int, memory_size: int | None = None, dropout: float = 0.0, normaliser: str = SOFTMAX):
         super().__init__()
         if model_size % heads:
             raise ValueError(f"{heads} heads do not divide the model size {model_size}")
         self.heads, self.head_size = heads, model_size // heads
         self.dropout = dropout
+        self.normaliser = normaliser  # anything but softmax runs the explicit path: the fused kernel only softmaxes
         self.query = nn.Linear(model_size, model_size)
         self.key_value = nn.Linear(memory_size or model_size, 2 * model_size)  # keys and values in one multiply
         self.output = nn.Linear(model_size, model_size)
@@ -229,19 +282,20 @@ class MultiHeadAttention(nn.Module):
         if causal and mask is not None:
             raise ValueError("causal attention takes no mask of its own")
         grouped = self.query(query).view(rows // beams, beams * steps, self.heads, self.head_size).transpose(1, 2)  # (B, h, K*T, d)
-        if causal and need_weights:  # the explicit path needs the mask itself
+        explicit = need_weights or self.normaliser != SOFTMAX
+        if causal and explicit:  # the explicit path needs the mask itself
             mask = torch.ones(steps, keys.shape[2], dtype=torch.bool, device=query.device).tril().unsqueeze(0)  # (1, T, L)
             causal = False
         mask = None if mask is None else mask.unsqueeze(1)  # (B, 1, T or 1, L)
         dropout = self.dropout if self.training else 0.0
         weights = None
-        if need_weights:
+        if explicit:
             scores = grouped @ keys.transpose(-1, -2) / math.sqrt(self.head_size)  # (B, h, K*T, L)
-            if mask is not None:
-                scores = scores.masked_fill(~mask, float("-inf"))
-            weights = torch.softmax(scores.float(), dim=-1).to(values.dtype)  # (B, h, K*T, L)
+            weights = normalise(scores, mask, self.normaliser).to(values.dtype)  # (B, h, K*T, L)
             attended = nn.functional.dropout(weights, dropout, self.training) @ values  # (B, h, K*T, d)
             weights = weights.view(rows // beams, self.heads, beams, steps, -1).transpose(1, 2).reshape(rows, self.heads, steps, -1)  # (B*K, h, T, L)
+            if not need_weights:
+                weights = None
         else:
             attended = nn.functional.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, dropout_p=dropout, is_causal=causal)  # (B, h, K*T, d)
         attended = attended.transpose(1, 2).reshape(rows, steps, size)  # (B*K, T, M): heads side by side again

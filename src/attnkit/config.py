@@ -209,6 +209,7 @@ class DecoderConfig(_Checked):
     style: str = checked("luong", registered("attnkit.decoders.rnn", "STYLES", what="decoder style"))  # luong: RNN then attend with the new state | bahdanau: attend with the previous state, context into the RNN
     score: str = checked("general", registered("attnkit.attention", "SCORE_FUNCTIONS", what="attention score"))  # dot | general | concat | additive | scaled_dot | none (no attention: the context is the memory's mean)
     attention_size: int = checked(256, at_least(1))  # hidden size inside concat / additive scores
+    normaliser: str = checked("softmax", registered("attnkit.attention", "NORMALISERS", what="attention normaliser"))  # softmax | sparsemax | entmax15 (exact zeros far below the best score); transformer: its cross-attention
     input_feeding: bool = False  # luong: feed the previous attentional vector into the RNN
     context_gate: bool = False  # bahdanau: Show-Attend-Tell gate beta = sigmoid(W s) on the context
     readout_size: int = checked(0, at_least(0))  # size of the vector before the output layer (0: hidden_size; tied embeddings force embedding_size)

@@ -105,7 +105,7 @@ class RNNDecoder(nn.Module):
             batch_first=True,
             dropout=config.dropout if config.num_layers > 1 else 0.0,
         )
-        self.attention = Attention(config.score, hidden, memory_size, config.attention_size)
+        self.attention = Attention(config.score, hidden, memory_size, config.attention_size, config.normaliser)
         self.context_gate = nn.Linear(hidden, 1) if config.context_gate else None  # beta = sigmoid(w . s + b)
         readout_input = hidden + memory_size + (embedding if config.style == "bahdanau" else 0)
         self.readout = nn.Linear(readout_input, self.readout_size)  # W_c over [h; c] (+ e for bahdanau)

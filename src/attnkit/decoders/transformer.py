@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor, nn
 
-from attnkit.attention import MultiHeadAttention
+from attnkit.attention import SOFTMAX, MultiHeadAttention
 from attnkit.blocks import FeedForward, ScaledEmbedding, sinusoidal_positions, xavier_init
 from attnkit.config import DecoderConfig
 from attnkit.interfaces import DecoderOutput, EncoderOutput, StepOutput
@@ -69,12 +69,12 @@ class TransformerState:
 
 
 class TransformerDecoderLayer(nn.Module):
-    def __init__(self, size: int, heads: int, feedforward_size: int, memory_size: int, dropout: float):
+    def __init__(self, size: int, heads: int, feedforward_size: int, memory_size: int, dropout: float, normaliser: str = SOFTMAX):
         super().__init__()
         self.self_norm = nn.LayerNorm(size)
         self.self_attention = MultiHeadAttention(size, heads, dropout=dropout)
         self.cross_norm = nn.LayerNorm(size)
-        self.cross_attention = MultiHeadAttention(size, heads, memory_size, dropout=dropout)
+        self.cross_attention = MultiHeadAttention(size, heads, memory_size, dropout=dropout, normaliser=normaliser)
         self.feedforward_norm = nn.LayerNorm(size)
         self.feedforward = FeedForward(size, feedforward_size, dropout)
         self.dropout = nn.Dropout(dropout)
@@ -119,7 +119,7 @@ class TransformerDecoder(nn.Module):
         self.embedding = ScaledEmbedding(vocab_size, size, pad_index)
         self.dropout = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(
-            TransformerDecoderLayer(size, config.heads, config.feedforward_size, memory_size, config.dropout) for _ in range(config.num_layers)
+            TransformerDecoderLayer(size, config.heads, config.feedforward_size, memory_size, config.dropout, config.normaliser) for _ in range(config.num_layers)
         )
         self.final_norm = nn.LayerNorm(size)
         self.output = nn.Linear(size, vocab_size)
