@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from attnkit.analysis import IMPORTANCE_FORMS
 from attnkit.captioning import Captioner, train_captioning
 from attnkit.checkpoint import load_checkpoint
 from attnkit.cli import check_output_folder, positive_int
@@ -242,6 +243,11 @@ def headline(found: dict) -> dict:
         "content_random_flip": content_erasure.get("random_flip"),
         "content_mosaic_mass": content_mosaic.get("mass"),
         "content_mosaic_pointing": content_mosaic.get("pointing"),
+        "content_mosaic_reading_mass": study["mosaic"].get("reading", {}).get("by_group", {}).get("content", {}).get("mass"),
+        **{
+            f"content_agreement_{form}": study.get("agreement", {}).get(form, {}).get("by_group", {}).get("content", {}).get("rank_correlation")
+            for form in IMPORTANCE_FORMS
+        },
     }
 
 
@@ -251,7 +257,9 @@ def describe(name: str, found: dict) -> str:
         f"{name}: valid BLEU-4 {figures['valid_bleu4']}, CIDEr-D {figures['valid_cider_d']} (beam 5); content words: "
         f"{figures['content_effective_cells']} effective cells, peak erased changes the word {percent(figures['content_peak_flip'])} "
         f"(random {percent(figures['content_random_flip'])}), mosaic mass {percent(figures['content_mosaic_mass'])}, "
-        f"pointing {percent(figures['content_mosaic_pointing'])}; measured in {found['measure_seconds']} s"
+        f"pointing {percent(figures['content_mosaic_pointing'])} (the step that has read it: mass {percent(figures['content_mosaic_reading_mass'])}); "
+        f"rank correlation with importance through attention {figures['content_agreement_attention']}, from the input "
+        f"{figures['content_agreement_input']}; measured in {found['measure_seconds']} s"
     )
 
 
@@ -263,21 +271,29 @@ def markdown_table(results: dict, photos: int) -> str:
     """One row per candidate: captions, training time, spread, erasure and localisation, content | function words."""
     header = (
         "| candidate | grid | train min (epochs) | valid BLEU-4 | valid CIDEr-D | effective cells | peak erased: word changes | random cell: word changes "
-        "| log p lost (peak) | mosaic: mass on own quadrant | mosaic: pointing |"
+        "| log p lost (peak) | mosaic: mass on own quadrant | mosaic: pointing | mosaic, reading step: mass "
+        "| rank corr. with importance through attention (shuffled) | rank corr. with importance from the input (shuffled) |"
     )
-    lines = [f"Flickr8k validation, {photos} photos; each pair: content / function words; mosaic chance: a quarter.", "", header, "|" + "---|" * 11]
+    lines = [
+        f"Flickr8k validation, {photos} photos; each pair: content / function words; mosaic chance: a quarter; agreement: content words.", "", header, "|" + "---|" * 14
+    ]
     for name, found in results.items():
         study = found["study"]
 
         def both(section: dict, key: str, scale: float = 1.0, digits: int = 1) -> str:
             return " / ".join(f"{scale * section[g][key]:.{digits}f}" if g in section else "n/a" for g in GROUPS)
 
+        def agreed(form: str) -> str:
+            content = study.get("agreement", {}).get(form, {}).get("by_group", {}).get("content")
+            return "n/a" if content is None else f"{content['rank_correlation']:.3f} ({content['shuffled_rank_correlation']:.3f})"
+
         erasure, mosaic, spread = study["erasure"]["by_group"], study["mosaic"]["by_group"], study["attention_by_group"]
         training = found["training"]
         lines.append(
             f"| {name} | {found['grid'][0]}x{found['grid'][1]} | {training['minutes']} ({training['epochs']}) | {found['valid_beam5']['bleu4']} "
             f"| {found['valid_beam5']['cider_d']} | {both(spread, 'effective_positions')} | {both(erasure, 'peak_flip', 100)} % "
-            f"| {both(erasure, 'random_flip', 100)} % | {both(erasure, 'peak_drop', 1, 3)} | {both(mosaic, 'mass', 100)} % | {both(mosaic, 'pointing', 100)} % |"
+            f"| {both(erasure, 'random_flip', 100)} % | {both(erasure, 'peak_drop', 1, 3)} | {both(mosaic, 'mass', 100)} % | {both(mosaic, 'pointing', 100)} % "
+            f"| {both(study['mosaic'].get('reading', {}).get('by_group', {}), 'mass', 100)} % | {agreed('attention')} | {agreed('input')} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -22,10 +22,13 @@ Run from the project root::
 5. The study: each photo's English sentence is forced through the image side and through the German
    side of the joint model (and of the single-task pair when given). Per modality: entropy, normalised
    entropy, peak weight, effective positions and coverage of each word's attention (the step that
-   emits it), and erasure (the log-probability a word loses when its attention peak, a random
-   position or the lowest-weight position is removed; how often the word changes), split into
-   content words, function words (a closed-class list) and punctuation. Words outside the model's
-   vocabulary are left out and counted.
+   emits it), erasure (the log-probability a word loses when its attention peak, a random
+   position or the lowest-weight position is removed; how often the word changes), and the
+   attention's agreement with the word's importance maps (what its log-probability loses when each
+   cell or source word is taken away, through attention and from the input: rank correlation, peak
+   match, mass on the most important positions, each against shuffled attention; per layer and head
+   for content words), split into content words, function words (a closed-class list) and
+   punctuation. Words outside the model's vocabulary are left out and counted.
 6. Localisation on mosaics (no annotations needed): each study photo with three other study photos
    in a 2 x 2 mosaic, and their four German sentences joined as one source, in the same order (the
    other three and the order drawn from ``--seed``; ``mosaic.arrangements`` records them). The
@@ -45,7 +48,7 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -57,6 +60,7 @@ from attnkit.comparison import (
     AttentionComparer,
     StudyInput,
     add_erasure_by_group,
+    agreement_by_group,
     attention_by_group,
     comparison_word_groups,
     erasure_groups,
@@ -126,18 +130,19 @@ def study_photo(data_root: Path, photos: list[StudyPhoto], name: str) -> StudyPh
 
 
 def study(comparer: AttentionComparer, photos: list[StudyPhoto], images: Path, batch_size: int = 16) -> tuple[dict, dict[str, dict[str, list[Erasure]]]]:
-    """Force every photo's English sentence through both sides: the statistics by word group, and the erasure of
-    every studied word (modality -> group -> parts)."""
+    """Force every photo's English sentence through both sides: the statistics by word group, the erasure of
+    every studied word (modality -> group -> parts), and each word's attention against its importance maps
+    (through attention and from the input) by word group and, for content words, by layer and head."""
     comparisons, groups, skipped = [], [], []
     for start in range(0, len(photos), batch_size):
         chunk = photos[start : start + batch_size]
         try:
-            found = comparer.compare([images / p.image for p in chunk], [p.german for p in chunk], [p.english for p in chunk])
+            found = comparer.compare([images / p.image for p in chunk], [p.german for p in chunk], [p.english for p in chunk], heads=True, importance=True)
         except UserError:  # one sentence the two models cannot both read: compare one at a time, skip that one
             found = []
             for photo in chunk:
                 try:
-                    found += comparer.compare([images / photo.image], [photo.german], [photo.english])
+                    found += comparer.compare([images / photo.image], [photo.german], [photo.english], heads=True, importance=True)
                 except UserError as error:
                     skipped.append({"image": photo.image, "why": str(error)})
                     found.append(None)
@@ -159,6 +164,7 @@ def study(comparer: AttentionComparer, photos: list[StudyPhoto], images: Path, b
         "unknown_words_left_out": unknown,
         "attention": attention_by_group(comparisons, groups),
         "erasure": summarise_erasure_by_group(erased),
+        "agreement": agreement_by_group(comparisons, groups, heads=True),
     }
     return result, erased
 
@@ -176,6 +182,13 @@ def describe_study(name: str, result: dict) -> list[str]:
                 f"    erasure, {group} ({erased['steps']}): log p lost {erased['peak_drop']} (peak) vs {erased['random_drop']} (random) "
                 f"vs {erased['lowest_drop']} (lowest); word changes {100 * erased['peak_flip']:.1f}% / {100 * erased['random_flip']:.1f}%"
             )
+    for modality, by_form in result.get("agreement", {}).items():
+        for form, found in by_form.items():
+            groups = ", ".join(
+                f"{group} {g['rank_correlation']} (shuffled {g['shuffled_rank_correlation']}), peak {100 * g['peak_match']:.1f}% (shuffled {100 * g['shuffled_peak_match']:.1f}%)"
+                for group, g in found["by_group"].items()
+            )
+            lines.append(f"  {modality} attention against importance {form}, rank correlation and peak match: {groups}")
     mosaic = result.get("mosaic")
     if mosaic:
         lines.append(f"  localisation on {mosaic['mosaics']} mosaics (seed {mosaic['seed']}): attention mass on the own input / pointing game")
@@ -183,6 +196,10 @@ def describe_study(name: str, result: dict) -> list[str]:
             found = mosaic[modality]
             groups = ", ".join(f"{group} {100 * g['mass']:.1f}% / {100 * g['pointing']:.1f}%" for group, g in found["by_group"].items())
             lines.append(f"    {modality} (chance {100 * found['chance']:.1f}%): {groups}")
+            reading = mosaic.get("reading", {}).get(modality)
+            if reading:
+                groups = ", ".join(f"{group} {100 * g['mass']:.1f}% / {100 * g['pointing']:.1f}%" for group, g in reading["by_group"].items())
+                lines.append(f"    {modality}, the step that has read the word: {groups}")
     return lines
 
 

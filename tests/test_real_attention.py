@@ -59,7 +59,11 @@ def test_the_joint_recipe_trains_on_a_slice_and_the_study_runs_end_to_end(real_a
         assert {"peak_drop", "random_drop", "lowest_drop", "peak_flip", "flip_share"} <= set(erasure)
         localised = study["mosaic"][modality]
         assert 0.0 <= localised["mass"] <= 1.0 and set(localised["by_group"]) <= {"content", "function", "punctuation"}
-        assert "content_by_head" in localised
+        assert "content_by_head" in localised and 0.0 <= study["mosaic"]["reading"][modality]["mass"] <= 1.0
+        for form in ("attention", "input"):  # attention against importance, by word group and (content words) by head
+            agreed = study["agreement"][modality][form]
+            assert -1 <= agreed["rank_correlation"] <= 1 and set(agreed["by_group"]) <= {"content", "function", "punctuation"}
+            assert "content_by_head" in agreed
     assert study["mosaic"]["mosaics"] == 6 and len(study["mosaic"]["arrangements"]) == 6 and study["mosaic"]["seed"] == 0
     assert json.loads((out / "study.json").read_text())["joint"]["study"]["sentences"] == 6
     assert (out / "erasure.png").stat().st_size > 0 and "<script" in (out / "example" / "report.html").read_text()

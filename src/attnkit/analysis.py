@@ -395,6 +395,9 @@ class Erasure:
         """The entries of some steps only (e.g. the words, not <eos>; the words of one kind)."""
         return Erasure(**{name: getattr(self, name)[index] for name in Erasure.__dataclass_fields__})
 
+    def __len__(self) -> int:
+        return self.peak_drop.shape[0]
+
 
 @torch.no_grad()
 def erasure(decoder, encoded: EncoderOutput, target: Tensor, draws: int = 5, generator: torch.Generator | None = None) -> Erasure:
@@ -552,7 +555,11 @@ class Agreement:
     shuffled_top_mass: Tensor  # (T,)
 
     def steps(self, index: Tensor | slice) -> "Agreement":
+        """The entries of some steps only (e.g. the words of one group)."""
         return Agreement(**{name: getattr(self, name)[index] for name in Agreement.__dataclass_fields__})
+
+    def __len__(self) -> int:
+        return self.rank_correlation.shape[0]
 
 
 def ranks(values: Tensor) -> Tensor:

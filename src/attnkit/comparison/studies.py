@@ -11,10 +11,25 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnkit.analysis import Erasure, erasure, forced_attention, localisation, quadrant_weights, summarise
+from attnkit.analysis import (
+    EMITTING,
+    IMPORTANCE_FORMS,
+    READING,
+    Agreement,
+    Erasure,
+    agreement,
+    agreement_means,
+    erasure,
+    forced_attention,
+    importance_maps,
+    localisation,
+    quadrant_weights,
+    summarise,
+    word_attention,
+)
 from attnkit.captioning import Captioner
 from attnkit.comparison.core import MODALITIES, AttentionComparer
-from attnkit.comparison.word_groups import add_erasure_parts, comparison_word_groups, summarise_erasure_by_group, word_group
+from attnkit.comparison.word_groups import add_parts_by_group, comparison_word_groups, pooled_by_group, summarise_erasure_by_group, word_group
 from attnkit.data.batching import pad_sequences
 from attnkit.data.images import mosaic_arrangements, open_mosaic
 from attnkit.errors import UserError
@@ -79,10 +94,13 @@ def mosaic_study(comparer: "AttentionComparer", inputs: Sequence[StudyInput], se
 
     Per modality and word group: the mean share of a word's attention on its own input's positions (``mass``;
     chance is the region's share, about a quarter) and the pointing game (``pointing``: the peak lies mostly on
-    it); with ``heads``, the same per layer and head for content words. ``arrangements`` records every mosaic's
+    it); with ``heads``, the same per layer and head for content words. All of that reads a word's attention at
+    the step that emits it; ``reading`` has the same per modality at the step whose query has read the word
+    (a ``bahdanau`` decoder attends before it reads the word it emits). ``arrangements`` records every mosaic's
     inputs in quadrant order. An input whose photo or sentences the models cannot read is skipped and said why."""
     arrangements = mosaic_arrangements(len(inputs), seed)
     tallies = {modality: LocalisationTally() for modality in MODALITIES}
+    reading = {modality: LocalisationTally() for modality in MODALITIES}
     skipped = []
     for i, order in enumerate(arrangements):
         try:
@@ -96,26 +114,34 @@ def mosaic_study(comparer: "AttentionComparer", inputs: Sequence[StudyInput], se
         by_head = found.head_localisation() if heads else {}
         for (modality, (mass, hits)), region in zip(found.localisation().items(), found.regions()):
             tallies[modality].add(groups, mass, hits, region, *by_head.get(modality, (None, None)))
+        for (modality, (mass, hits)), region in zip(found.localisation(READING).items(), found.regions()):
+            reading[modality].add(groups, mass, hits, region)
     if len(skipped) == len(inputs):
         raise UserError(f"no mosaic could be compared: {skipped[0]['why']}")
     return {
         "mosaics": len(inputs) - len(skipped), "seed": seed, "skipped": skipped, "arrangements": arrangements,
         **{modality: tally.summary() for modality, tally in tallies.items()},
+        "reading": {modality: tally.summary() for modality, tally in reading.items()},
     }  # fmt: skip
 
 
-def caption_attention_study(captioner: Captioner, items: Sequence[tuple[str | Path, str]], seed: int = 0, batch_size: int = 16) -> dict:
+def caption_attention_study(
+    captioner: Captioner, items: Sequence[tuple[str | Path, str]], seed: int = 0, batch_size: int = 16, importance: bool = True
+) -> dict:
     """The image half of the study for a captioner alone (choosing an image memory needs no translator).
 
     ``items``: (photo, a caption of it). Each caption is forced over its photo: erasure per word group
-    (what removing the peak cell, a random cell or the lowest cell does to the word); and over a mosaic of its
-    photo and three others (arrangements from ``seed``, as :func:`mosaic_study`): localisation per word group;
-    and the spread of each word's attention over its photo (normalised entropy, peak, effective cells).
+    (what removing the peak cell, a random cell or the lowest cell does to the word); with ``importance``, each
+    word's attention against its importance maps (``agreement`` per form and word group); and over a mosaic of
+    its photo and three others (arrangements from ``seed``, as :func:`mosaic_study`): localisation per word group,
+    at the step that emits each word and (``reading``) at the step that has read it; and the spread of each
+    word's attention over its photo (normalised entropy, peak, effective cells).
     Words outside the captioner's vocabulary are left out."""
     decoder, vocab, tokenizer = captioner.model.decoder, captioner.pipeline.vocab, captioner.pipeline.tokenizer
     words = [tokenizer.tokenize(caption) for _, caption in items]
     groups = [[word_group(word, vocab) for word in sentence] for sentence in words]
     erased: dict[str, list[Erasure]] = defaultdict(list)
+    agreed: dict[str, dict[str, list[Agreement]]] = {form: defaultdict(list) for form in IMPORTANCE_FORMS}  # form -> group -> parts
     spread: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))  # group -> statistic -> per word
     for start in range(0, len(items), batch_size):
         chunk = range(start, min(start + batch_size, len(items)))
@@ -127,26 +153,35 @@ def caption_attention_study(captioner: Captioner, items: Sequence[tuple[str | Pa
                 if group is not None:
                     for name in ("normalised_entropy", "peak", "effective_positions"):
                         spread[group][name].append(getattr(summary, name)[t])
+            if importance:
+                grid = (encoded.layout.height, encoded.layout.width)
+                maps = importance_maps(decoder, encoded.row(i - start), captioner.encode_occluded(items[i][0], grid), forced[i - start, : len(words[i]) + 2])
+                for form, found in maps.items():
+                    add_parts_by_group(agreed[form], agreement(rows[: len(words[i])], found[: len(words[i])], generator=torch.Generator().manual_seed(i)), groups[i])
         for row, i in enumerate(chunk):
             ids = forced[row, : len(words[i]) + 2]
-            add_erasure_parts(erased, erasure(decoder, encoded.row(row), ids, generator=torch.Generator().manual_seed(i)), groups[i])
+            add_parts_by_group(erased, erasure(decoder, encoded.row(row), ids, generator=torch.Generator().manual_seed(i)), groups[i])
     attention = {group: {"words": len(values["peak"]), **{name: round(sum(v) / len(v), 4) for name, v in values.items()}} for group, values in sorted(spread.items())}
-    tally = LocalisationTally()
+    tally, reading = LocalisationTally(), LocalisationTally()
     size = captioner.model.encoder_for("image").config.image_size
     arrangements = mosaic_arrangements(len(items), seed)
     for i, order in enumerate(arrangements):
         encoded = captioner.encode([open_mosaic([items[j][0] for j in order], size)])
         ids = torch.tensor([vocab.encode(words[i], add_bos=True, add_eos=True)], device=captioner.device)
-        rows = forced_attention(decoder, encoded, ids)[0][: len(words[i])]  # (W, L): the step that emits each word
+        steps = forced_attention(decoder, encoded, ids, read_eos=True)[0]  # (W + 2, L)
         region = quadrant_weights((encoded.layout.height, encoded.layout.width), order.index(i))
-        tally.add(groups[i], *localisation(rows, region), region)
-    return {
+        tally.add(groups[i], *localisation(word_attention(steps, len(words[i]), decoder.reading_offset, EMITTING), region), region)
+        reading.add(groups[i], *localisation(word_attention(steps, len(words[i]), decoder.reading_offset, READING), region), region)
+    found = {
         "photos": len(items),
         "grid": [encoded.layout.height, encoded.layout.width],
         "attention_by_group": attention,
         "erasure": summarise_erasure_by_group({"image": erased})["image"],
-        "mosaic": {"seed": seed, "arrangements": arrangements, **tally.summary()},
+        "mosaic": {"seed": seed, "arrangements": arrangements, **tally.summary(), "reading": reading.summary()},
     }
+    if importance:
+        found["agreement"] = {form: pooled_by_group(by_group, agreement_means) for form, by_group in agreed.items()}
+    return found
 
 
 def _rounded_table(values: Tensor) -> list[list[float]]:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
-from attnkit.analysis import EMITTING, Erasure, erasure_means, summarise
+from attnkit.analysis import EMITTING, IMPORTANCE_FORMS, Agreement, Erasure, agreement, agreement_means, erasure_means, summarise
 from attnkit.comparison.core import MODALITIES, AttentionComparer, Comparison
 from attnkit.vocab import Vocabulary
 
@@ -50,24 +50,25 @@ def add_erasure_by_group(into: dict[str, dict[str, list[Erasure]]], comparison: 
     """Add one comparison's erasure of its words to ``into`` (modality -> group -> parts); ``groups[t]`` is word t's
     group, None leaves the word out (<eos> is never in a group)."""
     for modality, found in (("image", comparison.image_erasure), ("text", comparison.text_erasure)):
-        add_erasure_parts(into[modality], found, groups)
+        add_parts_by_group(into[modality], found, groups)
 
 
-def add_erasure_parts(into: dict[str, list[Erasure]], found: Erasure, groups: Sequence[str | None]) -> None:
-    """Add one sentence's erasure (its words and <eos>) to ``into`` (group -> parts), each group's words apart."""
+def add_parts_by_group(into: dict[str, list], found: Erasure | Agreement, groups: Sequence[str | None]) -> None:
+    """Add one sentence's per-step figures (its words, and <eos> when ``found`` has it) to ``into`` (group -> parts),
+    each group's words apart."""
     for group in set(groups) - {None}:
-        into[group].append(found.steps(torch.tensor([g == group for g in groups] + [False])))  # the words of one group
+        words = [g == group for g in groups]
+        into[group].append(found.steps(torch.tensor(words + [False] * (len(found) - len(words)))))  # the words of one group
+
+
+def pooled_by_group(by_group: dict[str, list], means, key: str = "by_group") -> dict:
+    """``means`` (e.g. erasure_means, agreement_means) of every group's parts pooled, and (under ``key``) of each group's."""
+    return {**means([part for group in sorted(by_group) for part in by_group[group]]), key: {group: means(parts) for group, parts in sorted(by_group.items())}}
 
 
 def summarise_erasure_by_group(erased: dict[str, dict[str, list[Erasure]]], key: str = "by_group") -> dict:
     """Per modality, the erasure means over every grouped word and (under ``key``) per group."""
-    return {
-        modality: {
-            **erasure_means([part for parts in by_group.values() for part in parts]),
-            key: {group: erasure_means(parts) for group, parts in sorted(by_group.items())},
-        }
-        for modality, by_group in erased.items()
-    }
+    return {modality: pooled_by_group(by_group, erasure_means, key) for modality, by_group in erased.items()}
 
 
 def attention_by_group(comparisons: Sequence[Comparison], groups: Sequence[Sequence[str | None]], extraction: str = EMITTING) -> dict:
@@ -104,3 +105,36 @@ def attention_by_group(comparisons: Sequence[Comparison], groups: Sequence[Seque
             "by_group": {group: means(by_name) for group, by_name in sorted(values[modality].items())},
         }
     return result
+
+
+def agreement_by_group(comparisons: Sequence[Comparison], groups: Sequence[Sequence[str | None]], extraction: str = EMITTING, heads: bool = False) -> dict:
+    """Per modality and importance form, how the grouped words' attention (under ``extraction``) agrees with their
+    importance (:func:`attnkit.analysis.agreement`): the means over every grouped word and ``by_group``; with
+    ``heads`` (comparisons made with ``heads=True``), the content words' rank correlation and peak match per layer
+    and head (``content_by_head``, layers x heads). ``groups[i][t]``: the group of word t of comparison i."""
+    parts = {modality: {form: defaultdict(list) for form in IMPORTANCE_FORMS} for modality in MODALITIES}  # -> group -> Agreements
+    by_head = {modality: {form: [] for form in IMPORTANCE_FORMS} for modality in MODALITIES}  # -> per comparison (W_c, N, h, 2)
+    for comparison, word_groups in zip(comparisons, groups):
+        content = torch.tensor([g == "content" for g in word_groups])
+        every_head = comparison.head_attention(extraction) if heads else None  # (W, N, h, L) per modality
+        for form in IMPORTANCE_FORMS:
+            for modality, found in comparison.agreement(form, extraction).items():
+                add_parts_by_group(parts[modality][form], found, word_groups)
+            if every_head is None or not content.any():
+                continue
+            maps = comparison.importance()
+            for m, modality in enumerate(MODALITIES):
+                rows = every_head[m][content]  # (W_c, N, h, L)
+                importance = maps[modality][form][: len(word_groups)][content]  # (W_c, L)
+                repeated = importance[:, None, None].expand_as(rows)
+                found = agreement(rows.flatten(0, 2), repeated.flatten(0, 2), generator=torch.Generator().manual_seed(0), draws=1)
+                by_head[modality][form].append(torch.stack([found.rank_correlation, found.peak_match], -1).view(*rows.shape[:3], 2))
+
+    def summary(modality: str, form: str) -> dict:
+        found = pooled_by_group(parts[modality][form], agreement_means)
+        if by_head[modality][form]:
+            tables = torch.cat(by_head[modality][form]).nanmean(0)  # (N, h, 2)
+            found["content_by_head"] = {name: [[round(float(v), 4) for v in row] for row in tables[..., k]] for k, name in enumerate(("rank_correlation", "peak_match"))}
+        return found
+
+    return {modality: {form: summary(modality, form) for form in IMPORTANCE_FORMS} for modality in MODALITIES}
