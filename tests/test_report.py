@@ -184,8 +184,8 @@ def test_the_view_switch_shows_each_importance_form_of_both_modalities(tmp_path)
         assert heights() == pytest.approx([0.0, 80.0, 20.0], abs=0.1)  # 2.0 and 0.5 of 2.5
         assert browser.find_element(By.ID, "current-word").text == "red (importance from the input)"
         assert browser.find_element(By.ID, "image-map").get_attribute("src") != attention_map
-        assert "cell (0, 1)" not in browser.find_element(By.ID, "image-stats").text  # input form: cell 3 - 1 = 2, i.e. (1, 0)
-        assert "(1, 0)" in browser.find_element(By.ID, "image-stats").text and "cercle" in browser.find_element(By.ID, "text-stats").text
+        assert "most important cell: row 1, column 0," in browser.find_element(By.ID, "image-stats").text  # input form: cell 3 - 1 = 2
+        assert "most important word: cercle," in browser.find_element(By.ID, "text-stats").text
         browser.find_elements(By.CSS_SELECTOR, "button.word")[0].click()  # the switch stays on the chosen view
         assert heights() == pytest.approx([20.0, 0.0, 80.0], abs=0.1)  # word 0 rests on source word 2, then 0
         Select(browser.find_element(By.ID, "view")).select_by_visible_text("attention")

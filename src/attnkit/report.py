@@ -115,9 +115,10 @@ function showImportance(t, form) {  // both modalities' importance maps of word 
     document.getElementById("bar-" + s).style.height = (100 * w).toFixed(1) + "%";
     document.getElementById("bar-" + s).title = maps.lost[s] === null ? "" : `log p lost ${maps.lost[s].toFixed(3)}`;
   });
-  const said = m => `most important ${maps[m].peak}, log p lost there ${maps[m].most.toFixed(3)}` + (maps[m].rho === null ? "" : `; rank correlation with attention ${maps[m].rho.toFixed(2)}`);
-  document.getElementById("image-stats").textContent = "cell " + said("image");
-  document.getElementById("text-stats").textContent = "word " + said("text");
+  const said = (m, what) => `most important ${what}: ${maps[m].peak}, log p lost there ${maps[m].most.toFixed(3)}` +
+    (maps[m].rho === null ? "" : `; rank correlation with attention ${maps[m].rho.toFixed(2)}`);
+  document.getElementById("image-stats").textContent = said("image", "cell");
+  document.getElementById("text-stats").textContent = said("text", "word");
 }
 function show(t) {
   shown = t;
@@ -175,29 +176,27 @@ def _head_switches(comparison: Comparison) -> dict[str, list[str]]:
     return switches
 
 
-def _importance_views(image, comparison: Comparison, statistics: dict) -> dict:
-    """form -> (t -> what the report's view switch shows of word t in that importance form): the image overlay of
-    the importance as a distribution, the source bars (the same), the log-probability lost per source word, and
-    per modality the most important position, the loss there and the attention's rank correlation with it."""
+def _importance_steps(image, comparison: Comparison, statistics: dict) -> list[dict]:
+    """Per step t, form -> what the report's view switch shows of word t in that importance form: the image overlay
+    and the source bars of the importance as a distribution, the log-probability lost per source word, and per
+    modality the most important position, the loss there and the attention's rank correlation with it."""
     maps = comparison.importance()
-    views = {}
+    steps: list[dict] = [{} for _ in comparison.target_words]
     for form in IMPORTANCE_FORMS:
         pictures = overlays(image, importance_distribution(maps["image"][form]), comparison.grid)
         text_shares = importance_distribution(maps["text"][form])  # (T, S)
-
-        def view(t: int, form=form, pictures=pictures, text_shares=text_shares) -> dict:
-            agreed = statistics["per_word"][t]["importance"]
-            found = {"label": IMPORTANCE_LABELS[form], "map": _png_data_url(pictures[t].resize((320, 320))), "weights": [round(float(w), 4) for w in text_shares[t]]}
-            found["lost"] = agreed["text"][form]
-            for modality, names in (("image", None), ("text", comparison.source_words)):
+        for t, step in enumerate(steps):
+            recorded = statistics["per_word"][t]["importance"]
+            view = {"label": IMPORTANCE_LABELS[form], "map": _png_data_url(pictures[t].resize((320, 320))), "weights": [round(float(w), 4) for w in text_shares[t]]}
+            view["lost"] = recorded["text"][form]
+            for modality in ("image", "text"):
                 lost = maps[modality][form][t].nan_to_num(float("-inf"))
                 peak = int(lost.argmax())
-                rho = agreed[modality].get("agreement", {}).get(form, {}).get("rank_correlation")
-                found[modality] = {"peak": names[peak] if names else f"{divmod(peak, comparison.grid[1])} (row, column)", "most": round(float(lost[peak]), 4), "rho": rho}
-            return found
-
-        views[form] = view
-    return views
+                where = comparison.source_words[peak] if modality == "text" else "row {}, column {}".format(*divmod(peak, comparison.grid[1]))
+                rho = recorded[modality].get("agreement", {}).get(form, {}).get("rank_correlation")
+                view[modality] = {"peak": where, "most": round(float(lost[peak]), 4), "rho": rho}
+            step[form] = view
+    return steps
 
 
 def write_report(path: str | Path, image, comparison: Comparison, statistics: dict, title: str = "attnkit: attention over an image and over a sentence") -> Path:
@@ -220,7 +219,7 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
         }
 
     every_head = {"image": comparison.image_heads, "text": comparison.text_heads}  # (T + 1, N, h, L): row t emits word t
-    importance_views = _importance_views(image, comparison, statistics) if comparison.image_importance is not None else None
+    importance_steps = _importance_steps(image, comparison, statistics) if comparison.image_importance is not None else None
     for t, word in enumerate(comparison.target_words):
         per_word = statistics["per_word"][t]
         step = {"word": word, **view(maps[t], comparison.text_attention[t], per_word)}
@@ -230,8 +229,8 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
             step["reading"] = view(reading_maps[t], comparison.text_reading[t], per_word["reading"])
             if reading_heads is not None:
                 step["reading"]["heads"] = {modality: head_views(reading_heads[m][t]) for m, modality in enumerate(("image", "text")) if modality in switches}
-        if importance_views is not None:
-            step["importance"] = {form: importance_views[form](t) for form in IMPORTANCE_FORMS}
+        if importance_steps is not None:
+            step["importance"] = importance_steps[t]
         steps.append(step)
     escape = html.escape
     buttons = "".join(f'<button class="word" data-step="{t}">{escape(step["word"])}</button>' for t, step in enumerate(steps))
@@ -268,7 +267,7 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
         + "</select></label> "
         for modality, labels in switches.items()
     )
-    if importance_views is not None:  # the view switch: attention, or what the output rested on
+    if importance_steps is not None:  # the view switch: attention, or what the output rested on
         head_choices += (
             '<label>show: <select id="view"><option value="attention" selected>attention</option>'
             + "".join(f'<option value="{form}">{escape(IMPORTANCE_LABELS[form])}</option>' for form in IMPORTANCE_FORMS)

@@ -27,11 +27,11 @@ from attnkit.analysis import (
     Erasure,
     agreement,
     agreement_means,
-    importance_maps,
     erasure,
     erasure_means,
     forced_attention,
     forced_attention_by_head,
+    importance_maps,
     localisation,
     quadrant_weights,
     span_weights,
@@ -109,7 +109,10 @@ class Comparison:
 
     def statistics(self) -> dict:
         """Mean statistics per modality and, per target word, entropy / peak / effective positions of both, at the
-        step that emits the word and (``reading``, words only) at the step whose query has read it."""
+        step that emits the word and (``reading``, words only) at the step whose query has read it; with erasure,
+        each word's erasure figures and their means; with importance maps, each word's maps (``importance``: per
+        modality and form, the log-probability lost per position) and its attention's agreement with them, and
+        the means of that agreement (``agreement``)."""
         image, text = summarise(self.image_attention), summarise(self.text_attention)
         reading = None
         if self.image_reading is not None and self.text_reading is not None:
@@ -130,7 +133,7 @@ class Comparison:
             """Word t's importance maps (NaN, on padding, as null) and, for a word, its attention's agreement with them."""
             found = {}
             for modality, by_form in maps.items():
-                found[modality] = {form: [None if v != v else round(float(v), 4) for v in by_form[form][t]] for form in IMPORTANCE_FORMS}
+                found[modality] = {form: [_number(v) for v in by_form[form][t]] for form in IMPORTANCE_FORMS}
                 if t < len(self.target_words) - 1:
                     found[modality]["agreement"] = {
                         form: {name: _number(getattr(agreed[form][modality], name)[t]) for name in ("rank_correlation", "peak_match", "top_mass")}
