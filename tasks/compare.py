@@ -73,6 +73,10 @@ def get_args_parser() -> argparse.ArgumentParser:
         help=f"--scenes: a word's attention is that of the step that emits it, or of the step whose query has read it "
         f"(default {DEFAULT_EXTRACTION}, chosen on validation scenes); metrics.json holds both",
     )  # fmt: skip
+    parser.add_argument(
+        "--no-importance", action="store_true",
+        help="one image: leave out the importance maps (importance.png, the report's view switch; they cost a forward pass per grid cell)",
+    )  # fmt: skip
     parser.add_argument("--out", required=True, help="output folder (created; files in it are replaced)")
     parser.add_argument("--device", default="auto")
     return parser
@@ -87,8 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.checkpoint and not (args.caption_checkpoint and args.translation_checkpoint):
         raise UserError("give a joint checkpoint, or both a captioning and a translation checkpoint: --checkpoint, or --caption-checkpoint and --translation-checkpoint")
     if args.scenes:
-        if args.image or args.source or args.target or args.own is not None:
-            raise UserError("--scenes evaluates generated scenes: leave out --image, --source, --target and --own")
+        if args.image or args.source or args.target or args.own is not None or args.no_importance:
+            raise UserError("--scenes evaluates generated scenes: leave out --image, --source, --target, --own and --no-importance")
         check_output_folder(out, "--out", files=SCENE_FILES, folders=["example"])
         check_output_folder(out / "example", "--out", files=COMPARISON_FILES)
     else:
@@ -96,6 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UserError("give --image and --source (or --scenes N)")
         if len(args.image) != len(args.source) or len(args.image) not in (1, MOSAIC_PHOTOS):
             raise UserError(f"give one --image and one --source, or {MOSAIC_PHOTOS} of each for a mosaic; got {len(args.image)} and {len(args.source)}")
+        if args.no_importance and len(args.image) > 1:
+            raise UserError("--no-importance is for one image: a mosaic comparison has no importance maps")
         if args.own is not None and len(args.image) == 1:  # --own 0 too: it is not silently dropped
             raise UserError(f"--own picks the described input of a mosaic: give {MOSAIC_PHOTOS} --image and --source, or leave --own out")
         check_output_folder(out, "--out", files=COMPARISON_FILES)
@@ -105,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         outputs = compare_scenes(comparer, out, args.scenes, args.seed, args.scene_size, args.beam, extraction=args.extraction)
     elif len(images) == 1:
         warn_overlong_sources(comparer.translator, args.source, what="source sentence")  # a mosaic's joined source is never cut: too long is refused
-        outputs = write_comparison(comparer, images[0], args.source[0], args.target, out)
+        outputs = write_comparison(comparer, images[0], args.source[0], args.target, out, importance=not args.no_importance)
     else:
         outputs = write_mosaic_comparison(comparer, images, args.source, args.target, args.own or 0, out)
     for path, what in outputs:

@@ -191,6 +191,10 @@ def test_compare_refuses_mixed_or_missing_checkpoints(scenes, tmp_path):
 
     with pytest.raises(UserError, match="joint checkpoint, or both"):
         compare.main(["--caption-checkpoint", str(tmp_path / "x.pt"), "--image", "a.png", "--source", "b", "--out", str(tmp_path)])
+    with pytest.raises(UserError, match="leave out .*--no-importance"):
+        compare.main(["--checkpoint", str(tmp_path / "x.pt"), "--scenes", "3", "--no-importance", "--out", str(tmp_path)])
+    with pytest.raises(UserError, match="a mosaic comparison has no importance maps"):
+        compare.main(["--checkpoint", str(tmp_path / "x.pt"), *["--image", "a.png", "--source", "b"] * 4, "--no-importance", "--out", str(tmp_path)])
 
 
 def test_position_embedding_needs_a_fixed_grid(scenes, tmp_path):

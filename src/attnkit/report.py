@@ -304,9 +304,12 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
     return write_text_atomic(path, document)
 
 
-def write_comparison(comparer: AttentionComparer, image, source: str, target: str | None, out: Path, title: str = "", log=print) -> list[tuple[Path, str]]:
-    """The PNGs, HTML report and statistics JSON of one image + sentence, importance maps beside the attention."""
-    comparison = comparer.compare([image], [source], None if target is None else [target], heads=True, importance=True)[0]  # the report's switches
+def write_comparison(
+    comparer: AttentionComparer, image, source: str, target: str | None, out: Path, title: str = "", log=print, importance: bool = True
+) -> list[tuple[Path, str]]:
+    """The PNGs, HTML report and statistics JSON of one image + sentence, importance maps beside the attention
+    (``importance``; without them no importance.png is written and the report has no view switch)."""
+    comparison = comparer.compare([image], [source], None if target is None else [target], heads=True, importance=importance)[0]  # the report's switches
     return _write_comparison_files(image, comparison, {"target_given": target is not None}, out, title, log, {})
 
 
