@@ -188,7 +188,23 @@ def test_the_view_switch_shows_each_importance_form_of_both_modalities(tmp_path)
         assert "most important word: cercle," in browser.find_element(By.ID, "text-stats").text
         browser.find_elements(By.CSS_SELECTOR, "button.word")[0].click()  # the switch stays on the chosen view
         assert heights() == pytest.approx([20.0, 0.0, 80.0], abs=0.1)  # word 0 rests on source word 2, then 0
+        Select(browser.find_element(By.ID, "view")).select_by_visible_text("importance through attention")
+        assert heights() == pytest.approx([80.0, 20.0, 0.0], abs=0.1)  # through attention word 0 rests on source word 0, then 1
+        assert browser.find_element(By.ID, "current-word").text == "a (importance through attention)"
         Select(browser.find_element(By.ID, "view")).select_by_visible_text("attention")
         assert heights() == pytest.approx([70.0, 10.0, 20.0], abs=0.1)
     finally:
         browser.quit()
+
+
+def test_a_report_with_a_one_word_source_has_no_importance_there_and_still_works(tmp_path):
+    comparison = _comparison_with_importance()
+    one_word = replace(
+        comparison, source_words=["cercle"], text_attention=torch.ones(4, 1), text_reading=torch.ones(3, 1),
+        text_importance={form: torch.full((4, 1), float("nan")) for form in ("attention", "input")},
+    )  # fmt: skip
+    statistics = one_word.statistics()
+    assert statistics["per_word"][0]["importance"]["text"]["input"] == [None]
+    path = write_report(tmp_path / "report.html", Image.new("RGB", (64, 64), (90, 120, 90)), one_word, statistics)
+    steps = re.search(r'<script type="application/json" id="steps">(.*?)</script>', path.read_text(), re.S).group(1)
+    json.loads(steps, parse_constant=lambda constant: pytest.fail(f"{constant} in the report's data: JSON.parse would throw"))

@@ -317,6 +317,11 @@ def _per_example(attention: Tensor, steps: Tensor, mask: Tensor) -> list[Tensor]
     return [attention[i, : int(steps[i])][..., mask[i]].float().cpu() for i in range(attention.shape[0])]
 
 
+def _one_source(encoded: EncoderOutput, what: str) -> None:
+    if encoded.batch_size != 1:
+        raise ValueError(f"{what} takes one source at a time")
+
+
 # -- faithfulness: erasure and importance ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _ForcedRun:
@@ -335,8 +340,7 @@ class _ForcedRun:
     @classmethod
     @torch.no_grad()
     def of(cls, decoder, encoded: EncoderOutput, target: Tensor, what: str) -> "_ForcedRun":
-        if encoded.batch_size != 1:
-            raise ValueError(f"{what} takes one source at a time")
+        _one_source(encoded, what)
         target = target.to(encoded.memory.device)
         inputs, gold = target[:-1], target[1:]  # (T,), (T,)
         state, states, attention, log_probs = decoder.init_state(encoded), [], [], []
@@ -443,6 +447,12 @@ def erasure(decoder, encoded: EncoderOutput, target: Tensor, draws: int = 5, gen
     )
 
 
+def _nan_mean(values: Tensor) -> float:
+    """The mean of the values that are not NaN, rounded to 4 places (NaN when there are none)."""
+    values = values[~values.isnan()]
+    return round(float(values.mean()), 4) if values.numel() else float("nan")
+
+
 def erasure_means(parts: Sequence[Erasure]) -> dict[str, float]:
     """Means over every step of ``parts`` (several sentences pooled); a flip share only over the steps where
     some removal flips the word (``never_flips``: the share of steps where none does)."""
@@ -450,13 +460,8 @@ def erasure_means(parts: Sequence[Erasure]) -> dict[str, float]:
     if not fields or fields["peak_drop"].numel() == 0:
         return {"steps": 0}
     scored = ~fields["peak_drop"].isnan()  # steps of sentences with at least two positions
-
-    def mean(values: Tensor) -> float:
-        values = values[~values.isnan()]
-        return round(float(values.mean()), 4) if values.numel() else float("nan")
-
-    summary = {name: mean(values[scored]) for name, values in fields.items() if name != "flip_share"}
-    summary["flip_share"] = mean(fields["flip_share"][scored])
+    summary = {name: _nan_mean(values[scored]) for name, values in fields.items() if name != "flip_share"}
+    summary["flip_share"] = _nan_mean(fields["flip_share"][scored])
     summary["never_flips"] = round(float(fields["flip_share"][scored].isnan().float().mean()), 4) if scored.any() else float("nan")
     summary["steps"] = int(scored.sum())
     return summary
@@ -503,8 +508,7 @@ def occlusion_importance(decoder, encoded: EncoderOutput, occluded: EncoderOutpu
     that source with the input under its k-th real position taken away and encoded again. ``target`` (T + 1,) is
     <bos> w1 ... <eos>. The forced pass runs once over the source and its P versions (one batch), so each
     version's whole pass, initial state included, is without that position."""
-    if encoded.batch_size != 1:
-        raise ValueError("occlusion_importance takes one source at a time")
+    _one_source(encoded, "occlusion_importance")
     real_index = encoded.mask[0].nonzero().squeeze(1)  # (P,)
     if occluded.batch_size != real_index.numel():
         raise ValueError(f"the source has {real_index.numel()} real positions but {occluded.batch_size} occluded versions were given")
@@ -532,11 +536,18 @@ def importance_maps(decoder, encoded: EncoderOutput, occluded: tuple[EncoderOutp
 def importance_distribution(importance: Tensor) -> Tensor:
     """Importance (T, L) as a distribution over positions per step, to draw it and score it as attention is
     scored (pointing game, in-box mass, alignment): the positive part (log-probability the token lost)
-    normalised to sum to 1; a step that lost nothing anywhere is uniform (nothing stands out); NaN counts as 0."""
+    normalised to sum to 1; a step that lost nothing anywhere is uniform over its known (not NaN) positions."""
+    known = ~importance.isnan()  # (T, L) NaN: no importance there (padding, or a source of one position)
     lost = importance.float().nan_to_num(0.0).clamp_min(0.0)  # (T, L)
     total = lost.sum(-1, keepdim=True)  # (T, 1)
-    uniform = torch.full_like(lost, 1.0 / max(lost.shape[-1], 1))
+    uniform = known.float() / known.sum(-1, keepdim=True).clamp_min(1)  # over the known positions
     return torch.where(total > 0, lost / total.clamp_min(1e-12), uniform)
+
+
+def json_number(value: Tensor | float) -> float | None:
+    """A figure for a JSON file: rounded to 4 places, NaN and infinities as null (strict JSON has neither)."""
+    value = float(value)
+    return round(value, 4) if math.isfinite(value) else None
 
 
 # -- agreement between attention and importance -------------------------------------------------------------------
@@ -566,7 +577,7 @@ def ranks(values: Tensor) -> Tensor:
     """Ranks along the last dimension (0 = smallest), ties given their mean rank, as Spearman's rho needs. (..., L)"""
     order = values.argsort(dim=-1, stable=True)
     plain = torch.empty_like(values)
-    plain.scatter_(-1, order, torch.arange(values.shape[-1], dtype=values.dtype).expand_as(values).contiguous())
+    plain.scatter_(-1, order, torch.arange(values.shape[-1], dtype=values.dtype, device=values.device).expand_as(values).contiguous())
     # equal values: the mean of their plain ranks
     same = values.unsqueeze(-1) == values.unsqueeze(-2)  # (..., L, L)
     return (same.to(values.dtype) @ plain.unsqueeze(-1)).squeeze(-1) / same.sum(-1).to(values.dtype)
@@ -605,7 +616,7 @@ def agreement(attention: Tensor, importance: Tensor, top_share: float = 0.1, dra
         mass = (rows * most_important).sum(-1)
         return rank_correlation(rows, scores.expand_as(rows)), peaks.float(), torch.where(ranked, mass, torch.full_like(mass, float("nan")))
 
-    permutations = torch.stack([torch.randperm(positions, generator=generator) for _ in range(draws * steps)]).view(draws, steps, positions)
+    permutations = torch.stack([torch.randperm(positions, generator=generator) for _ in range(draws * steps)]).view(draws, steps, positions).to(weights.device)
     shuffled = weights.unsqueeze(0).expand(draws, -1, -1).gather(2, permutations)  # (draws, T, P)
     plain, chance = scored(weights), scored(shuffled)
     return Agreement(*plain, *(values.mean(0) for values in chance))
@@ -616,11 +627,6 @@ def agreement_means(parts: Sequence[Agreement]) -> dict[str, float]:
     if not parts:
         return {"steps": 0}
     fields = {name: torch.cat([getattr(part, name) for part in parts]) for name in Agreement.__dataclass_fields__}
-
-    def mean(values: Tensor) -> float:
-        values = values[~values.isnan()]
-        return round(float(values.mean()), 4) if values.numel() else float("nan")
-
-    summary = {name: mean(values) for name, values in fields.items()}
+    summary = {name: _nan_mean(values) for name, values in fields.items()}
     summary["steps"] = int((~fields["rank_correlation"].isnan()).sum())
     return summary

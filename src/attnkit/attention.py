@@ -53,10 +53,11 @@ def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
 # differentiable almost everywhere through autograd.
 def sparsemax(scores: Tensor) -> Tensor:
     """argmin_p ||p - z||^2 over the simplex, along the last axis: max(z - tau, 0) with sum 1."""
+    scores = scores - scores.amax(-1, keepdim=True)  # the same projection; small sums keep fp32's precision
     ordered = scores.sort(dim=-1, descending=True).values  # (..., L)
     ks = torch.arange(1, scores.shape[-1] + 1, device=scores.device, dtype=scores.dtype)  # (L,)
     cumulative = ordered.cumsum(-1)
-    support = (1 + ks * ordered > cumulative).sum(-1, keepdim=True)  # (..., 1) >= 1: the top score always qualifies
+    support = (1 + ks * ordered > cumulative).sum(-1, keepdim=True).clamp_min(1)  # (..., 1): the top score always qualifies
     tau = (cumulative.gather(-1, support - 1) - 1) / support.to(scores.dtype)  # (..., 1)
     return (scores - tau).clamp_min(0.0)
 
@@ -71,7 +72,7 @@ def entmax15(scores: Tensor) -> Tensor:
     mean_square = ordered.square().cumsum(-1) / ks
     spread = ks * (mean_square - mean.square())
     taus = mean - ((1 - spread) / ks).clamp_min(0.0).sqrt()  # (..., L): tau if the support were the top k
-    support = (taus <= ordered).sum(-1, keepdim=True)  # (..., 1)
+    support = (taus <= ordered).sum(-1, keepdim=True).clamp_min(1)  # (..., 1): the top score always qualifies
     tau = taus.gather(-1, support - 1)
     return (half - tau).clamp_min(0.0).square()
 
@@ -90,9 +91,10 @@ def normalise(scores: Tensor, mask: Tensor | None, normaliser: str) -> Tensor:
         return NORMALISERS[normaliser](scores).to(dtype)
     if normaliser == SOFTMAX:
         return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).to(dtype)
-    # The sparse maps give 0 to every score more than 2 below the best (after entmax's halving, 1 below: tau is at
-    # least the top score minus 1 there), so a masked position scored 4 below the best real one gets exactly 0 and
-    # leaves the others' weights as if it were not there; a finite fill keeps the sorts and sums free of inf - inf.
+    # Both sparse maps give exactly 0 to a score 4 below the best: sparsemax's tau is at least the best score minus 1,
+    # entmax15's at least half the best minus 1 (its scores are halved), so a masked position filled in there gets 0
+    # and leaves the real positions' weights as if it were not there; a finite fill keeps the sorts and sums free of
+    # inf - inf.
     best = scores.masked_fill(~mask, float("-inf")).amax(-1, keepdim=True)  # (..., 1)
     weights = NORMALISERS[normaliser](torch.where(mask, scores, best - 4.0))
     return weights.masked_fill(~mask, 0.0).to(dtype)
@@ -246,9 +248,9 @@ class MultiHeadAttention(nn.Module):
 
     The key/value projection (:meth:`keys_values`) is separate from the attention (``forward``) so a
     decoder can project the encoder memory once per source and keep it, and append one step's keys to
-    its self-attention cache. Weights are computed only when asked (``need_weights``); otherwise the
-    fused ``scaled_dot_product_attention`` kernel runs and no (B, h, T, L) tensor is made. Both paths
-    give the same output (a test checks it).
+    its self-attention cache. Weights are computed only when asked (``need_weights``) or when the normaliser
+    is not softmax (sparsemax, entmax15); otherwise the fused ``scaled_dot_product_attention`` kernel runs and
+    no (B, h, T, L) tensor is made. Both paths give the same output (a test checks it).
     """
 
     def __init__(self, model_size: int, heads: int, memory_size: int | None = None, dropout: float = 0.0, normaliser: str = SOFTMAX):

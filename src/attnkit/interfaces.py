@@ -132,12 +132,14 @@ class EncoderOutput:
         return self.rows(i, i + 1)
 
     def rows(self, start: int, stop: int) -> "EncoderOutput":
-        """Sources ``start`` .. ``stop - 1`` of the batch (the layout is kept whole)."""
-        return EncoderOutput(self.memory[start:stop], self.mask[start:stop], self.init_state[start:stop], self.layout)
+        """Sources ``start`` .. ``stop - 1`` of the batch."""
+        layout = Tokens(self.layout.lengths[start:stop]) if isinstance(self.layout, Tokens) else self.layout
+        return EncoderOutput(self.memory[start:stop], self.mask[start:stop], self.init_state[start:stop], layout)
 
     @staticmethod
     def joined(parts: Sequence["EncoderOutput"]) -> "EncoderOutput":
-        """Several batches as one, the memories padded to the longest (padding masked out); the first's layout."""
+        """Several batches as one, the memories padded to the longest (padding masked out); a grid's layout, or
+        every batch's token lengths."""
         length = max(part.memory.shape[1] for part in parts)
 
         def padded(part: EncoderOutput) -> tuple[Tensor, Tensor]:
@@ -145,7 +147,8 @@ class EncoderOutput:
             return F.pad(part.memory, (0, 0, 0, extra)), F.pad(part.mask, (0, extra), value=False)
 
         memories, masks = zip(*(padded(part) for part in parts))
-        return EncoderOutput(torch.cat(memories), torch.cat(masks), torch.cat([part.init_state for part in parts]), parts[0].layout)
+        layout = Tokens(torch.cat([part.layout.lengths for part in parts])) if isinstance(parts[0].layout, Tokens) else parts[0].layout
+        return EncoderOutput(torch.cat(memories), torch.cat(masks), torch.cat([part.init_state for part in parts]), layout)
 
 
 @runtime_checkable

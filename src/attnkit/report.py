@@ -26,7 +26,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from attnkit.analysis import IMPORTANCE_FORMS, IMPORTANCE_LABELS, READING, importance_distribution
+from attnkit.analysis import IMPORTANCE_FORMS, IMPORTANCE_LABELS, READING, importance_distribution, json_number
 from attnkit.comparison import (
     DEFAULT_EXTRACTION,
     AttentionComparer,
@@ -101,9 +101,9 @@ function drawHeadMap(weights) {  // the input image with the head's map upsample
   context.imageSmoothingEnabled = true;
   context.drawImage(cells, 0, 0, canvas.width, canvas.height);
 }
-function shownView() {  // "attention", or an importance form (the view switch, when the report has importance maps)
+function shownView() {  // "" for the attention, or an importance form (the view switch, when the report has importance maps)
   const choice = document.getElementById("view");
-  return choice ? choice.value : "attention";
+  return choice ? choice.value : "";
 }
 function showImportance(t, form) {  // both modalities' importance maps of word t: what its log-probability rested on
   const maps = steps[t].importance[form];
@@ -115,7 +115,8 @@ function showImportance(t, form) {  // both modalities' importance maps of word 
     document.getElementById("bar-" + s).style.height = (100 * w).toFixed(1) + "%";
     document.getElementById("bar-" + s).title = maps.lost[s] === null ? "" : `log p lost ${maps.lost[s].toFixed(3)}`;
   });
-  const said = (m, what) => `most important ${what}: ${maps[m].peak}, log p lost there ${maps[m].most.toFixed(3)}` +
+  const said = (m, what) => maps[m].most === null ? `no importance: fewer than two positions` :
+    `most important ${what}: ${maps[m].peak}, log p lost there ${maps[m].most.toFixed(3)}` +
     (maps[m].rho === null ? "" : `; rank correlation with attention ${maps[m].rho.toFixed(2)}`);
   document.getElementById("image-stats").textContent = said("image", "cell");
   document.getElementById("text-stats").textContent = said("text", "word");
@@ -123,7 +124,7 @@ function showImportance(t, form) {  // both modalities' importance maps of word 
 function show(t) {
   shown = t;
   document.querySelectorAll(".word, tr.step").forEach(e => e.classList.toggle("active", Number(e.dataset.step) === t));
-  if (shownView() !== "attention") return showImportance(t, shownView());
+  if (shownView()) return showImportance(t, shownView());
   const reading = document.getElementById("reading").checked && steps[t].reading;
   const step = reading ? steps[t].reading : steps[t];
   const imageHead = chosenHead("image"), textHead = chosenHead("text");
@@ -190,11 +191,11 @@ def _importance_steps(image, comparison: Comparison, statistics: dict) -> list[d
             view = {"label": IMPORTANCE_LABELS[form], "map": _png_data_url(pictures[t].resize((320, 320))), "weights": [round(float(w), 4) for w in text_shares[t]]}
             view["lost"] = recorded["text"][form]
             for modality in ("image", "text"):
-                lost = maps[modality][form][t].nan_to_num(float("-inf"))
-                peak = int(lost.argmax())
+                lost = maps[modality][form][t]  # (L,): NaN everywhere for a source of one position
+                peak = int(lost.nan_to_num(float("-inf")).argmax())
                 where = comparison.source_words[peak] if modality == "text" else "row {}, column {}".format(*divmod(peak, comparison.grid[1]))
                 rho = recorded[modality].get("agreement", {}).get(form, {}).get("rank_correlation")
-                view[modality] = {"peak": where, "most": round(float(lost[peak]), 4), "rho": rho}
+                view[modality] = {"peak": where, "most": json_number(lost[peak]), "rho": rho}
             step[form] = view
     return steps
 
@@ -269,7 +270,7 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
     )
     if importance_steps is not None:  # the view switch: attention, or what the output rested on
         head_choices += (
-            '<label>show: <select id="view"><option value="attention" selected>attention</option>'
+            '<label>show: <select id="view"><option value="" selected>attention</option>'
             + "".join(f'<option value="{form}">{escape(IMPORTANCE_LABELS[form])}</option>' for form in IMPORTANCE_FORMS)
             + "</select></label>"
         )
@@ -347,6 +348,8 @@ def _write_comparison_files(image, comparison: Comparison, extra: dict, out: Pat
     written = [(png, "each target word's attention over the image (panels) and over the source words (matrix)")]
     if comparison.image_importance is not None:
         written.append((plot_importance(image, comparison, out / "importance.png", title=title or sentence), "each word's attention beside its importance maps, both modalities"))
+    else:  # an earlier comparison's figure would pass for this one's
+        (out / "importance.png").unlink(missing_ok=True)
     html = write_report(out / "report.html", image, comparison, statistics)
     record = {"target": sentence, **extra, "source_words": comparison.source_words, "grid": list(comparison.grid), **statistics}
     stats = write_text_atomic(out / "statistics.json", json.dumps(record, indent=2, ensure_ascii=False) + "\n")

@@ -32,6 +32,7 @@ from attnkit.analysis import (
     forced_attention,
     forced_attention_by_head,
     importance_maps,
+    json_number,
     localisation,
     quadrant_weights,
     span_weights,
@@ -130,13 +131,14 @@ class Comparison:
         agreed = {form: self.agreement(form) for form in IMPORTANCE_FORMS} if maps is not None else None  # form -> modality -> Agreement
 
         def importance_at(t: int) -> dict:
-            """Word t's importance maps (NaN, on padding, as null) and, for a word, its attention's agreement with them."""
+            """Word t's importance maps (null where there is none: a source of one position) and, for a word, its
+            attention's agreement with them."""
             found = {}
             for modality, by_form in maps.items():
-                found[modality] = {form: [_number(v) for v in by_form[form][t]] for form in IMPORTANCE_FORMS}
+                found[modality] = {form: [json_number(v) for v in by_form[form][t]] for form in IMPORTANCE_FORMS}
                 if t < len(self.target_words) - 1:
                     found[modality]["agreement"] = {
-                        form: {name: _number(getattr(agreed[form][modality], name)[t]) for name in ("rank_correlation", "peak_match", "top_mass")}
+                        form: {name: json_number(getattr(agreed[form][modality], name)[t]) for name in ("rank_correlation", "peak_match", "top_mass")}
                         for form in IMPORTANCE_FORMS
                     }
             return found
@@ -159,12 +161,6 @@ class Comparison:
         if agreed is not None:
             means["agreement"] = {modality: {form: agreement_means([agreed[form][modality]]) for form in IMPORTANCE_FORMS} for modality in MODALITIES}
         return means
-
-
-def _number(value: Tensor) -> float | None:
-    """A JSON number: rounded, NaN as null."""
-    value = float(value)
-    return None if value != value else round(value, 4)
 
 
 class AttentionComparer:
