@@ -85,6 +85,21 @@ def test_uniform_attention_over_positions_that_do_not_matter_agrees_no_better_th
     assert (best.shuffled_top_mass < 0.5).all() and (best.rank_correlation > 0.4).all()
 
 
+def test_gains_from_renormalised_attention_do_not_count_against_agreement():
+    """A word that rests on position 2 alone: hiding any other position moves its weight onto position 2 and
+    raises the word's log-probability, the more the more weight it held. Those gains are not what the word
+    rests on; scored raw they would rank every position but the peak against the attention."""
+    attention = torch.tensor([[0.12, 0.1, 0.4, 0.09, 0.08, 0.07, 0.06, 0.05, 0.03]])
+    importance = -attention / (1 - attention)  # the others' gains: their weight moved onto position 2
+    importance[0, 2] = 2.0  # the peak's loss
+    found = agreement(attention, importance, generator=torch.Generator().manual_seed(0))
+    assert float(found.rank_correlation) > 0.3 and float(found.peak_match) == 1.0
+    torch.testing.assert_close(found.top_mass, torch.tensor([0.4]))  # the one position that matters
+    wider = agreement(torch.cat([attention, torch.zeros(1, 11)], 1), torch.cat([importance, torch.zeros(1, 11)], 1))
+    torch.testing.assert_close(wider.top_mass, torch.tensor([0.4]))  # the top tenth is two positions: only one matters
+    assert float(rank_correlation(attention, importance)) < 0  # the raw gains rank against it
+
+
 def _spearman(x: list[float], y: list[float]) -> float:
     """Spearman's rho written out plainly: Pearson's r of the ranks, tied values sharing their mean rank."""
 

@@ -559,8 +559,8 @@ class Agreement:
 
     rank_correlation: Tensor  # (T,) Spearman's rho over positions; 0 when either row is constant (no ranking to agree on)
     peak_match: Tensor  # (T,) 1.0 when the attention peak is the importance peak (each a single position; else 0.0)
-    top_mass: Tensor  # (T,) attention mass on the most important positions (the top ``top_share``, at least one);
-    #                   NaN where the importance row is constant (no position is more important than another)
+    top_mass: Tensor  # (T,) attention mass on the most important positions (the top ``top_share``, at least one,
+    #                   of those that matter); NaN where no position matters (no positive importance)
     shuffled_rank_correlation: Tensor  # (T,) the same three for shuffled attention, mean over the draws
     shuffled_peak_match: Tensor  # (T,)
     shuffled_top_mass: Tensor  # (T,)
@@ -595,16 +595,22 @@ def rank_correlation(a: Tensor, b: Tensor) -> Tensor:
 def agreement(attention: Tensor, importance: Tensor, top_share: float = 0.1, draws: int = 20, generator: torch.Generator | None = None) -> Agreement:
     """Agreement of attention (T, L) with importance (T, L) over the positions where importance is known
     (not NaN; the real positions), per step; each score also for the step's attention shuffled over those
-    positions (``draws`` permutations)."""
+    positions (``draws`` permutations).
+
+    Importance is scored by its positive part, as the figures draw it: a position whose removal *raises* the
+    word's log-probability is not one the word rests on. Taken raw, those gains would rank against attention by
+    construction: hiding a position from attention renormalises the rest, so removing any position but the one
+    the word uses moves weight onto that one and helps the word, the more the more weight it held."""
     steps = attention.shape[0]
     known = ~importance.isnan().all(0)  # (L,) the real positions
     positions = int(known.sum())
     nan = torch.full((steps,), float("nan"))
     if positions < 2:
         return Agreement(nan, nan, nan, nan, nan, nan)
-    weights, scores = attention[:, known].float(), importance[:, known].float()  # (T, P)
+    weights, scores = attention[:, known].float(), importance[:, known].float().clamp(min=0.0)  # (T, P)
     top = max(1, round(top_share * positions))
     most_important = torch.nn.functional.one_hot(scores.argsort(dim=-1, descending=True, stable=True)[:, :top], positions).sum(1).bool()  # (T, P)
+    most_important &= scores > 0  # positions that matter only, when fewer than the top share do
 
     ranked = scores.amax(-1) > scores.amin(-1)  # (T,) some position matters more than another
 

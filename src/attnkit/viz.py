@@ -54,6 +54,7 @@ def attention_maps(attention: Tensor, grid: tuple[int, int], size: tuple[int, in
     return F.interpolate(maps, size=size, mode="bilinear", align_corners=False)[:, 0]  # (T, H, W)
 
 
+FIGURE_DPI = 110
 DISPLAY_PIXELS = 320  # the long side of a photo as a figure or report shows it (a panel is about 2 inches at 110 dpi)
 
 
@@ -105,17 +106,17 @@ def plot_image_attention(image, words: Sequence[str], attention: Tensor, grid: t
 def save_figure(figure, path: str | Path) -> Path:
     """Write a figure atomically (a half-written PNG never replaces a good one)."""
     with atomic_path(path) as temporary:
-        figure.savefig(temporary, dpi=110)
+        figure.savefig(temporary, dpi=FIGURE_DPI)
     return Path(path)
 
 
-def overlays(image, attention: Tensor, grid: tuple[int, int], alpha: float = 0.5) -> list:
-    """PIL images at display size (:func:`display_image`), one per row of ``attention`` (T, L): ``image`` with
-    that row's map over its (h, w) grid upsampled and blended in."""
+def overlays(image, attention: Tensor, grid: tuple[int, int], alpha: float = 0.5, longest: int = DISPLAY_PIXELS) -> list:
+    """PIL images at display size (:func:`display_image`; ``longest`` pixels on the long side), one per row of
+    ``attention`` (T, L): ``image`` with that row's map over its (h, w) grid upsampled and blended in."""
     import numpy as np
     from PIL import Image
 
-    pixels = np.asarray(display_image(image).convert("RGB"), dtype=np.float32) / 255.0  # (H, W, 3)
+    pixels = np.asarray(display_image(image, longest).convert("RGB"), dtype=np.float32) / 255.0  # (H, W, 3)
     blended = []
     for heat in attention_maps(attention, grid, pixels.shape[:2]).numpy():  # (H, W) per step
         colours = matplotlib.colormaps["jet"](heat / max(float(heat.max()), 1e-8))[..., :3]  # (H, W, 3)
@@ -169,6 +170,18 @@ def plot_cross_modal(
     return save_figure(figure, path)
 
 
+def _strip(pictures: list, count: int, gap: int = 8):
+    """``count`` panels side by side as one RGB array (H, count * W + gaps, 3), white where a picture is missing:
+    one image per row of a figure draws many times faster than one axes per panel."""
+    import numpy as np
+
+    width, height = pictures[0].size
+    strip = np.full((height, count * width + (count - 1) * gap, 3), 255, dtype=np.uint8)
+    for k, picture in enumerate(pictures[:count]):
+        strip[:, k * (width + gap) : k * (width + gap) + width] = np.asarray(picture.convert("RGB"))
+    return strip, [k * (width + gap) + width / 2 for k in range(count)]
+
+
 def plot_importance(image, comparison, path: str | Path, title: str = "", columns: int = 6) -> Path:
     """Each target word's attention beside its two importance maps (:mod:`attnkit.analysis`), in both modalities.
 
@@ -185,27 +198,28 @@ def plot_importance(image, comparison, path: str | Path, title: str = "", column
     ]
     blocks = (len(words) + columns - 1) // columns
     panel = 1.6  # inches per image panel
+    pictures = [overlays(image, image_rows, comparison.grid, longest=round(panel * FIGURE_DPI)) for _, image_rows, _ in views]
+    width, height = pictures[0][0].size
+    strip_height = panel * height / width + 0.3  # inches: the panels, then the words above them
     matrix_height = 0.8 + 0.2 * len(words) + 0.075 * max(len(source) for source in sources)
     figure = _new_figure(
-        figsize=(max(panel * columns + 1.2, 3 * (1.5 + 0.2 * len(sources))), (panel + 0.25) * blocks * len(views) + matrix_height + 0.5), layout="constrained"
+        figsize=(max(panel * columns + 1.2, 3 * (1.5 + 0.2 * len(sources))), strip_height * blocks * len(views) + matrix_height + 0.5), layout="constrained"
     )
-    grid = figure.add_gridspec(blocks * len(views) + 1, columns, height_ratios=[panel + 0.25] * (blocks * len(views)) + [matrix_height])
-    pictures = [overlays(image, image_rows, comparison.grid) for _, image_rows, _ in views]
+    grid = figure.add_gridspec(blocks * len(views) + 1, 1, height_ratios=[strip_height] * (blocks * len(views)) + [matrix_height])
     for block in range(blocks):
+        first = block * columns
         for v, (label, _, _) in enumerate(views):
-            for column in range(columns):
-                t = block * columns + column
-                picture = figure.add_subplot(grid[block * len(views) + v, column])
-                picture.set_xticks([])
-                picture.set_yticks([])
-                picture.set_frame_on(False)
-                if column == 0:
-                    picture.set_ylabel(label.replace("importance ", "importance\n"), fontsize=8)
-                if t < len(words):
-                    picture.imshow(pictures[v][t])
-                    if v == 0:
-                        picture.set_title(words[t], fontsize=10)
-    matrices = grid[blocks * len(views), :].subgridspec(1, len(views))
+            strip, centres = _strip(pictures[v][first : first + columns], columns)  # (H, W', 3)
+            row = figure.add_subplot(grid[block * len(views) + v, 0])
+            row.imshow(strip)
+            row.set_frame_on(False)
+            row.set_yticks([])
+            row.set_ylabel(label.replace("importance ", "importance\n"), fontsize=8)
+            shown = words[first : first + columns] if v == 0 else []
+            row.set_xticks(centres[: len(shown)], labels=shown, fontsize=10)
+            row.xaxis.tick_top()
+            row.tick_params(length=0)
+    matrices = grid[blocks * len(views), 0].subgridspec(1, len(views))
     for v, (label, _, text_rows) in enumerate(views):
         matrix = figure.add_subplot(matrices[0, v])
         matrix.imshow(text_rows.float().cpu().numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
