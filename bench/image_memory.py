@@ -14,7 +14,8 @@ that would leave ``--out`` or share a folder with another is refused, and a run 
 train is never replaced). Every candidate's config is checked before the first one trains. Everything is measured
 on the Flickr8k *validation* photos (the choice is made there, never on the test photos):
 
-1. captions: BLEU-4 and CIDEr-D at beam 5 (all references), and the best greedy validation CIDEr-D of training;
+1. captions: BLEU-4 and CIDEr-D at beam 5 (all references; a ``--checkpoint`` decoded with ``--config``'s search
+   settings, e.g. its length penalty, as the candidates are), and the best greedy validation CIDEr-D of training;
 2. spread: each word's normalised entropy and effective cells (exp entropy) over its photo, its reference forced;
 3. faithfulness: erasure (:func:`attnkit.analysis.erasure`): how often removing the word's peak cell, or a
    random cell, changes the word the model would emit, and the log-probability it loses;
@@ -170,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                                             *(QUICK_MODEL if args.quick else []), *overrides, *args.overrides])
             for name, overrides in trained.items()
         }  # fmt: skip
-        cache = load_config(args.config, args.overrides).data.feature_cache or None  # grid features of the frozen backbones
+        recipe = load_config(args.config, args.overrides)
+        cache = recipe.data.feature_cache or None  # grid features of the frozen backbones
         busy_before = busy_cores()
         if not (dataset / "dataset.json").is_file():
             prepare_flickr8k.main(["--out", str(dataset)] + (["--data", args.data] if args.data else []))
@@ -196,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in results:
             checkpoint = folders[name] / "best.pt" if name in folders else given[name]
             captioner = Captioner.from_checkpoint(checkpoint, cache_dir=cache)
+            # Every candidate decodes with its config's search settings (the recipe's unless it overrides them), a
+            # checkpoint from elsewhere with the recipe's: not the ones saved with it, which may predate the recipe's.
+            captioner.search = configs[name].search if name in configs else recipe.search
             began = time.perf_counter()
             scores = captioner.evaluate(valid, image_root(data), beam_size=5, batch_size=64, meteor=False)
             study = caption_attention_study(captioner, [(image_root(data) / item.image, item.captions[0]) for item in valid], seed=args.seed)

@@ -85,7 +85,7 @@ def test_report_renders_and_choosing_a_word_changes_the_maps(tmp_path):
         words = browser.find_elements(By.CSS_SELECTOR, "button.word")
         assert [w.text for w in words] == comparison.target_words
         shown = browser.find_element(By.ID, "image-map")
-        assert shown.get_attribute("src").startswith("data:image/png;base64,")
+        assert shown.get_attribute("src").startswith("data:image/jpeg;base64,")
         assert browser.execute_script("return document.getElementById('image-map').naturalWidth") > 0  # the PNG decodes
 
         def state():

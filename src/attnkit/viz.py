@@ -106,7 +106,9 @@ def plot_image_attention(image, words: Sequence[str], attention: Tensor, grid: t
 def save_figure(figure, path: str | Path) -> Path:
     """Write a figure atomically (a half-written PNG never replaces a good one)."""
     with atomic_path(path) as temporary:
-        figure.savefig(temporary, dpi=FIGURE_DPI)
+        # PNG at zlib level 3: a third of the default's encoding time for a tenth more bytes (photo panels compress poorly)
+        faster = {"pil_kwargs": {"compress_level": 3}} if Path(path).suffix.lower() == ".png" else {}
+        figure.savefig(temporary, dpi=FIGURE_DPI, **faster)
     return Path(path)
 
 
