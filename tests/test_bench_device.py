@@ -1,8 +1,12 @@
 """``--device`` of bench/train_speed.py, bench/caption_speed.py and bench/crash.py (bench/machine.py's
 add_device_argument; recipe_speed's and peers' own checks are in their test files): the option parses, a
-CUDA device that is not there is one error line before any work, and the device reaches what each runs."""
+CUDA device that is not there is one error line before any work, and the device reaches what each runs. The
+scripts for the GPU machine parse, and the checkpoints bench/scenes_on_device.sh slims keep what --evaluate-only reads."""
 
 import importlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,3 +76,38 @@ def test_caption_speed_loads_the_captioner_on_the_chosen_device(bench, monkeypat
     monkeypatch.setattr(caption_speed.Captioner, "from_checkpoint", from_checkpoint)
     assert run_cli(caption_speed.main, ["--checkpoint", "none.pt", "--device", "cpu"]) == 2
     assert asked == ["cpu"] and capsys.readouterr().err == "error: stand-in: no checkpoint\n"
+
+
+DEVICE_SCRIPTS = ("device_wheels.sh", "scenes_on_device.sh")  # run on the lent GPU machine or for it
+
+
+@pytest.mark.parametrize("script", DEVICE_SCRIPTS)
+def test_the_device_scripts_parse(script):
+    assert subprocess.run(["bash", "-n", str(BENCH / script)], capture_output=True, text=True).returncode == 0
+
+
+def test_scenes_on_device_slims_a_checkpoint_to_what_evaluate_only_reads(vocab, tmp_path):
+    """The script's own Python step (its heredoc): the optimizer state goes, the weights and the progress stay."""
+    from dataclasses import asdict
+
+    from attnkit.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+    from attnkit.config import to_dict
+    from attnkit.train import TrainingProgress
+    from conftest import tiny_config, tiny_model
+
+    model = tiny_model(vocab)
+    progress = asdict(TrainingProgress(epoch=12, step=300, best_score=93.9, best_epoch=6, stop_reason="early stopping"))
+    optimizer = torch.optim.Adam(model.parameters())
+    moments = {0: {"exp_avg": torch.ones(1000)}}  # what a trained optimizer holds, and what the copy drops
+    training = {"progress": progress, "optimizer": {"state": moments, "param_groups": optimizer.state_dict()["param_groups"]},
+                "scheduler": {}, "rng": [{"cpu": torch.get_rng_state()}]}  # fmt: skip
+    full = save_checkpoint(tmp_path / "last.pt", Checkpoint("translation", to_dict(tiny_config()), {"source": vocab.to_list(), "target": vocab.to_list()}, model.state_dict(), training))
+    script = (BENCH / "scenes_on_device.sh").read_text()
+    step = script.split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
+    slim = tmp_path / "slim.pt"
+    environment = {**os.environ, "PYTHONPATH": str(BENCH.parent / "src")}
+    subprocess.run([sys.executable, "-", str(full), str(slim)], input=step, text=True, check=True, env=environment)
+    kept = load_checkpoint(slim)
+    assert kept.training["optimizer"] == {} and kept.training["progress"] == progress
+    assert all(torch.equal(kept.model[name], weight) for name, weight in model.state_dict().items())
+    assert slim.stat().st_size < full.stat().st_size
