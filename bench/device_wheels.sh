@@ -17,7 +17,7 @@ python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-bin
     --implementation cp "${PLATFORMS[@]/#/--platform=}" -d .whl "${WHEELS[@]}"
 ls -1 .whl
 du -sh .whl
-scorers=$(.venv/bin/python -c "import os, pycocoevalcap; print(os.path.dirname(pycocoevalcap.__path__[0] + '/'))")
+scorers=$(.venv/bin/python -c "import pycocoevalcap; print(pycocoevalcap.__path__[0])")
 rm -rf .whl/lite && mkdir -p .whl/lite/pycocoevalcap
 cp -r "$scorers/bleu" "$scorers/cider" .whl/lite/pycocoevalcap/
 find .whl/lite -name __pycache__ -prune -exec rm -rf {} +

@@ -86,7 +86,7 @@ def test_report_renders_and_choosing_a_word_changes_the_maps(tmp_path):
         assert [w.text for w in words] == comparison.target_words
         shown = browser.find_element(By.ID, "image-map")
         assert shown.get_attribute("src").startswith("data:image/jpeg;base64,")
-        assert browser.execute_script("return document.getElementById('image-map').naturalWidth") > 0  # the PNG decodes
+        assert browser.execute_script("return document.getElementById('image-map').naturalWidth") > 0  # the JPEG decodes
 
         def state():
             heights = [browser.find_element(By.ID, f"bar-{s}").value_of_css_property("height") for s in range(3)]

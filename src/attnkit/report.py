@@ -48,10 +48,10 @@ MAP_PIXELS = 320  # side of each map the report inlines (the page shows them 320
 
 
 def _jpeg_data_url(image) -> str:
-    """A photo or a map over it, inlined: JPEG is a tenth of PNG's size for photographic panels and many times
-    faster to encode (a report holds one per word and view: PNG made it 14 MB and its encoding most of its time)."""
+    """A photo or a map over it, MAP_PIXELS square, inlined: JPEG is a tenth of PNG's size for photographic panels and
+    many times faster to encode (a report holds one per word and view: PNG made it 14 MB and its encoding most of its time)."""
     buffer = io.BytesIO()
-    image.convert("RGB").save(buffer, format="JPEG", quality=85)
+    image.convert("RGB").resize((MAP_PIXELS, MAP_PIXELS)).save(buffer, format="JPEG", quality=85)
     return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
@@ -193,7 +193,7 @@ def _importance_steps(image, comparison: Comparison, statistics: dict) -> list[d
         text_shares = importance_distribution(maps["text"][form])  # (T, S)
         for t, step in enumerate(steps):
             recorded = statistics["per_word"][t]["importance"]
-            view = {"label": IMPORTANCE_LABELS[form], "map": _jpeg_data_url(pictures[t].resize((MAP_PIXELS, MAP_PIXELS))), "weights": [round(float(w), 4) for w in text_shares[t]]}
+            view = {"label": IMPORTANCE_LABELS[form], "map": _jpeg_data_url(pictures[t]), "weights": [round(float(w), 4) for w in text_shares[t]]}
             view["lost"] = recorded["text"][form]
             for modality in ("image", "text"):
                 lost = maps[modality][form][t]  # (L,): NaN everywhere for a source of one position
@@ -218,7 +218,7 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
 
     def view(picture, weights, statistics_of_step: dict) -> dict:
         return {
-            "map": _jpeg_data_url(picture.resize((MAP_PIXELS, MAP_PIXELS))),
+            "map": _jpeg_data_url(picture),
             "weights": [round(float(w), 4) for w in weights],
             "image": statistics_of_step["image"],
             "text": statistics_of_step["text"],
@@ -298,7 +298,7 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
   <div class="panel"><h2>image: <span id="current-word"></span></h2><img id="image-map" alt="attention over the image">
     <canvas id="image-canvas" width="320" height="320" style="display: none"></canvas><div id="image-stats"></div></div>
   <div class="panel"><h2>source words</h2><div id="source-bars">{bars}</div><div id="text-stats"></div></div>
-  <div class="panel"><h2>input</h2><img id="input-image" src="{_jpeg_data_url(display_image(image).convert("RGB").resize((MAP_PIXELS, MAP_PIXELS)))}" width="160" height="160" alt="input image"></div>
+  <div class="panel"><h2>input</h2><img id="input-image" src="{_jpeg_data_url(display_image(image))}" width="160" height="160" alt="input image"></div>
 </div>
 <table><tr><th>target word</th><th>image entropy</th><th>image peak</th><th>image eff. cells</th><th>text entropy</th><th>text peak</th><th>text eff. words</th>{erasure_heads}</tr>{rows}</table>
 <table><tr><th>modality</th><th>entropy (nats)</th><th>peak</th><th>effective positions</th><th>entropy / log L</th><th>positions L</th></tr>{means}</table>
