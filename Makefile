@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python tasks/demo.py
+	$(BIN)/attnkit demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

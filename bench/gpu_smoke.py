@@ -286,7 +286,7 @@ def decoding(trainer: Trainer, search_config, deadline: float) -> dict:
 def round_trip(args: argparse.Namespace, scenes: Path, work: Path) -> dict:
     """A user's path on this device: train the tiny recipe 2 epochs, resume it to 3, evaluate its best checkpoint."""
     sys.path.insert(0, str(ROOT))
-    from tasks import evaluate as evaluate_task, train as train_task
+    from attnkit.commands import evaluate as evaluate_task, train as train_task
 
     run = work / "round_trip"
     pairs = text_data(args, scenes)

@@ -1,68 +1,8 @@
-"""Average the weights of several checkpoints of one model into one checkpoint (checkpoint averaging).
+"""`attnkit average` as a script (`python tasks/average.py --help`); the command is attnkit/commands/average.py."""
 
-    python tasks/train.py --config CONFIG --set train.keep_epochs=5      # keeps epoch-<k>.pt of the last 5 epochs
-    python tasks/average.py runs/NAME/epoch-*.pt --out runs/NAME/averaged.pt
-    python tasks/evaluate.py --checkpoint runs/NAME/averaged.pt --split valid
-
-The mean of the weights after the last few epochs is usually a little better than any one of them
-and costs nothing at decoding time. The checkpoints must be of one model (the same task, vocabularies,
-weight shapes and model config: heads, image size, ...); the result holds weights, config and vocabularies only (it translates and
-captions; it cannot be resumed). Compare it with best.pt on the validation split, not the test. An
-existing --out (an earlier mean, a run's best.pt) is replaced only with --overwrite.
-"""
-
-from __future__ import annotations
-
-import argparse
-import contextlib
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 
-from attnkit.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
-from attnkit.cli import check_output_file
-from attnkit.errors import UserError, run_cli
-from attnkit.run_folder import RunFolder
-
-
-def get_args_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoints", nargs="+", help="checkpoints of one model (e.g. runs/NAME/epoch-*.pt)")
-    parser.add_argument("--out", required=True, help="where to write the averaged checkpoint")
-    parser.add_argument("--overwrite", action="store_true", help="replace --out when it exists (a run's best.pt, say)")
-    return parser
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    """One file under two names (a relative and an absolute path, a link), or one path for a file not there yet."""
-    try:
-        return a.samefile(b)
-    except OSError:  # one of them does not exist (yet)
-        return a.resolve() == b.resolve()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = get_args_parser().parse_args(argv)
-    check_output_file(args.out, "--out")
-    inputs = [Path(path) for path in args.checkpoints]
-    for i, path in enumerate(inputs):
-        if any(_same_file(path, other) for other in inputs[:i]):
-            raise UserError(f"{path} is given twice: each checkpoint counts once in the mean")
-        if _same_file(Path(args.out), path):
-            # Refused before any work: the inputs are read one by one, and one would be read after it was replaced.
-            raise UserError(f"--out {args.out} is one of the checkpoints to average; write the mean to a new file")
-    out = Path(args.out)
-    run = RunFolder(out.parent)
-    if out.exists() and not args.overwrite:
-        whose = f" (the {out.name} of the run in {run.path})" if run.owns(out) else ""
-        raise UserError(f"--out {out} exists{whose}; pass --overwrite to replace it, or write the mean to a new file")
-    checkpoints = [load_checkpoint(path) for path in args.checkpoints]
-    averaged = average_checkpoints(checkpoints, args.checkpoints)
-    with run.claim() if run.owns(out) else contextlib.nullcontext():  # not while a training writes that run
-        save_checkpoint(out, averaged)
-    print(f"wrote {args.out}: the mean of {len(checkpoints)} checkpoints' weights")
-    return 0
-
+from attnkit.commands import run
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    run(["average", *sys.argv[1:]])

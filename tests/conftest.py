@@ -10,7 +10,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # so tests can import the thin entry points in tasks/
+if str(ROOT) not in sys.path:  # so tests can import data_scripts/ (and bench/ helpers) from the checkout
     sys.path.insert(0, str(ROOT))
 
 from attnkit.config import DecoderConfig, ExperimentConfig, TextEncoderConfig  # noqa: E402

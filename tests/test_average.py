@@ -1,4 +1,4 @@
-"""Checkpoint averaging: train.keep_epochs keeps the last epochs' weights, tasks/average.py averages them."""
+"""Checkpoint averaging: train.keep_epochs keeps the last epochs' weights, attnkit average averages them."""
 
 import copy
 import dataclasses
@@ -15,7 +15,7 @@ from attnkit.errors import UserError, run_cli
 from attnkit.run_folder import RunFolder
 from attnkit.translation import Translator, train_translation
 from conftest import tiny_config, tiny_model
-from tasks import average
+from attnkit.commands import average
 from test_train import toy_config
 
 

@@ -19,7 +19,7 @@ from attnkit.data.text import write_parallel_dataset
 from attnkit.errors import UserError, run_cli
 from attnkit.translation import Translator
 from conftest import ROOT, reverse_pair
-from tasks import caption, compare, evaluate, train, translate
+from attnkit.commands import caption, compare, evaluate, train, translate
 
 TINY = ["--config", str(ROOT / "tasks/configs/tiny.yaml"), "--no-progress", "--set", "train.epochs=1", "--set", "data.tokenizer.lowercase=false"]
 

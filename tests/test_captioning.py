@@ -86,7 +86,7 @@ def test_caption_and_evaluate_scripts_end_to_end(scenes, tmp_path, capsys, monke
 
     from attnkit.errors import run_cli
     from conftest import ROOT
-    from tasks import caption, evaluate, train
+    from attnkit.commands import caption, evaluate, train
 
     monkeypatch.chdir(ROOT)
     argv = ["--config", "tasks/configs/tiny.yaml", "--no-progress", *(a for s in [f"data.path={scenes}", f"output_dir={tmp_path / 'run'}", "train.epochs=1", *TINY] for a in ("--set", s))]

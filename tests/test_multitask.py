@@ -123,7 +123,7 @@ def grounding_by_hand(checkpoint: str, split: str, scenes: int, reading: bool, s
 @pytest.mark.slow
 def test_joint_training_then_caption_translate_evaluate_and_compare(scenes, tmp_path, capsys, monkeypatch):
     from attnkit import model as model_module
-    from tasks import caption, compare, evaluate, translate
+    from attnkit.commands import caption, compare, evaluate, translate
 
     run = tmp_path / "run"
     progress = train_multitask(tiny_joint_config(scenes, run), progress_bar=False, log=lambda *a: None)
@@ -187,7 +187,7 @@ def test_joint_training_then_caption_translate_evaluate_and_compare(scenes, tmp_
 
 
 def test_compare_refuses_mixed_or_missing_checkpoints(scenes, tmp_path):
-    from tasks import compare
+    from attnkit.commands import compare
 
     with pytest.raises(UserError, match="joint checkpoint, or both"):
         compare.main(["--caption-checkpoint", str(tmp_path / "x.pt"), "--image", "a.png", "--source", "b", "--out", str(tmp_path)])
@@ -204,7 +204,7 @@ def test_position_embedding_needs_a_fixed_grid(scenes, tmp_path):
 
 
 def test_a_joint_transformer_reports_every_heads_grounding_and_its_declared_head_is_the_one_scored(scenes, tmp_path):
-    from tasks import compare
+    from attnkit.commands import compare
 
     run = tmp_path / "run"
     transformer = ["decoder.family=transformer", "decoder.style=luong", "decoder.score=scaled_dot", "decoder.embedding_size=12", "decoder.heads=2"]
@@ -350,7 +350,7 @@ def test_the_mosaic_study_is_seeded_records_its_arrangements_and_refuses_too_few
 
 
 def test_compare_writes_a_mosaic_comparison_and_refuses_bad_mosaics(scenes, joint_comparer, tmp_path, monkeypatch):
-    from tasks import compare
+    from attnkit.commands import compare
 
     comparer, checkpoint = joint_comparer
     inputs = scene_inputs(scenes, 4)

@@ -132,7 +132,7 @@ def test_tasks_train_resumes_into_the_checkpoints_folder(toy_data, tmp_path):
     """A copied run folder goes on in the copy; the original is not touched."""
     import shutil
 
-    from tasks import train
+    from attnkit.commands import train
 
     original, copy = tmp_path / "original", tmp_path / "copy #2: a"  # characters YAML would read as a comment and a mapping
     train_translation(quick(toy_data, original), **QUIET)

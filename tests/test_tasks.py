@@ -7,7 +7,7 @@ import torch
 
 from attnkit.checkpoint import load_checkpoint, save_checkpoint
 from attnkit.errors import run_cli
-from tasks import demo, evaluate, train, translate
+from attnkit.commands import demo, evaluate, train, translate
 
 TINY = ["--config", "tasks/configs/tiny.yaml", "--no-progress", "--set", "train.epochs=1", "--set", "data.tokenizer.lowercase=false"]
 
@@ -94,7 +94,7 @@ def test_evaluate_and_compare_warn_of_cut_sources_as_translate_does(checkpoint, 
 
     from attnkit.cli import warn_cut_sources
     from attnkit.translation import Translator
-    from tasks import compare
+    from attnkit.commands import compare
 
     long = "a " * 60
     (tmp_path / "source.txt").write_text(f"a b\n{long}\n")

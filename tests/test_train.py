@@ -62,7 +62,7 @@ def test_resume_continues_exactly_where_the_run_stopped(toy_data, tmp_path):
 def test_resume_refuses_a_changed_architecture_and_touches_nothing(toy_data, tmp_path, capsys):
     """More heads or another size may fit the saved weights (heads always do): one message lists what changed."""
     from attnkit.errors import run_cli
-    from tasks import train
+    from attnkit.commands import train
 
     train_translation(toy_config(toy_data, tmp_path, "train.epochs=1", "train.valid_max_examples=8"), progress_bar=False, log=lambda _: None)
     before = {path.name: path.read_bytes() for path in tmp_path.iterdir() if path.is_file()}

@@ -41,7 +41,7 @@ MIN_IMAGE_SIZE = 32  # the ImageNet backbones reduce an image 32-fold: smaller o
 # Keys that older attnkit versions wrote (into checkpoints and run folders) and that no longer exist,
 # with why; see drop_legacy_keys.
 LEGACY_KEYS = {
-    "search.n_best": "it was never read; give --n-best to tasks/translate.py or tasks/caption.py",
+    "search.n_best": "it was never read; give --n-best to attnkit translate or attnkit caption",
 }
 
 
@@ -267,7 +267,7 @@ class TrainConfig(_Checked):
     min_lr: float = checked(1e-5, at_least(0))
     patience: int = checked(5, at_least(0))  # early stopping: validations without improvement before training stops (0: never)
     max_minutes: float = checked(0.0, at_least(0))  # time budget: no epoch starts that would, at the last epoch's pace, end past it (0: none)
-    keep_epochs: int = checked(0, at_least(0))  # also keep the weights after each of the last N epochs (epoch-<k>.pt), for tasks/average.py (0: none)
+    keep_epochs: int = checked(0, at_least(0))  # also keep the weights after each of the last N epochs (epoch-<k>.pt), for attnkit average (0: none)
     valid_beam_size: int = checked(1, at_least(1))  # beam used by validation decoding (1: greedy)
     valid_max_examples: int = checked(0, at_least(0))  # decode at most this many validation examples (0: all)
     device: str = checked("auto", matching(r"auto|cpu|cuda(:[0-9]+)?", "auto, cpu, cuda or cuda:N"))  # auto (cuda when present) | cpu | cuda | cuda:N

@@ -6,8 +6,8 @@ embeddings, attention and output layer are shared. Training mixes batches of the
 two tasks (``train.caption_share`` of them caption), each batch from one task, and
 validates both (the score is the mean of caption BLEU-4 and translation BLEU). The
 checkpoint's task is ``multitask``: :class:`~attnkit.captioning.Captioner` and
-:class:`~attnkit.translation.Translator` both load it, so ``tasks/caption.py``
-and ``tasks/translate.py`` work on it, the input choosing the encoder.
+:class:`~attnkit.translation.Translator` both load it, so ``attnkit caption``
+and ``attnkit translate`` work on it, the input choosing the encoder.
 
 Data: ``data.path`` is a captioning dataset, ``data.text_path`` a parallel-text
 dataset whose target language is the captions' language (the synthetic scenes of

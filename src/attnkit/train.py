@@ -309,7 +309,7 @@ class Trainer:
         folder = RunFolder(self.run_dir)
         if kept:
             save_checkpoint(self.run_dir / "best.pt", checkpoint)
-        if self.config.keep_epochs > 0:  # the weights alone (no training state): what tasks/average.py averages
+        if self.config.keep_epochs > 0:  # the weights alone (no training state): what attnkit average averages
             save_checkpoint(self.run_dir / epoch_checkpoint_name(progress.epoch), replace(checkpoint, training={}))
         save_checkpoint(self.run_dir / "last.pt", checkpoint)
         if self.config.keep_epochs > 0:

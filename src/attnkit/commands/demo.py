@@ -1,0 +1,130 @@
+"""The embedded demo: one decoder core, two modalities. Train a small French -> English translator,
+then a joint model that captions generated scenes and translates their French descriptions with
+one shared decoder, use both, and compare the two kinds of attention.
+
+    make demo                  # or: attnkit demo [--set train.epochs=3 ...] [--scenes-set train.epochs=2 ...]
+
+Everything runs on embedded data (the committed Tatoeba subset data/tatoeba-fr-en and
+scenes generated on the spot, attnkit.data.scenes) and is written under runs/demo/ (a
+previous demo run there is replaced): the translator's best.pt / last.pt, log.jsonl,
+translations.txt, attention.png and test_scores.json; scenes/ with the joint model's
+checkpoints, outputs.txt (captions and translations of test scenes) and compare/
+(metrics.json: grounding and quality on held-out and compositional scenes;
+distributions.png; example/: the comparison.png, report.html and statistics.json of
+scene-0.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from attnkit.captioning import Captioner
+from attnkit.comparison import AttentionComparer
+from attnkit.config import load_config
+from attnkit.data.scenes import generate_scenes, write_scene_dataset
+from attnkit.data.text import read_parallel, resolve_languages
+from attnkit.files import write_text_atomic
+from attnkit.multitask import train_multitask
+from attnkit.report import compare_scenes
+from attnkit.translation import Translator, train_translation
+from attnkit.viz import plot_attention_matrix
+from attnkit.vocab import EOS
+
+ROOT = Path(__file__).resolve().parents[3]  # the checkout: src/attnkit/commands/demo.py
+
+SHOWN = 8  # test sentences printed
+SCENES_SHOWN = 4  # test scenes captioned and translated
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attnkit demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=str(ROOT / "tasks/configs/demo.yaml"))
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--scenes-config", default=str(ROOT / "tasks/configs/scenes_multitask.yaml"))
+    parser.add_argument("--scenes-set", dest="scenes_overrides", action="append", default=[], metavar="KEY=VALUE", help="override of the joint scene model's config")
+    parser.add_argument("--scenes", type=int, default=2000, help="generated training scenes of the joint model")
+    parser.add_argument("--evaluate", type=int, default=100, help="held-out scenes per split in the metrics")
+    parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = get_args_parser().parse_args(argv)
+    config = load_config(args.config, args.overrides)
+    run_dir = config.run_dir
+    started = time.perf_counter()
+    source_lang, target_lang = resolve_languages(config.data.path, config.data.source_lang, config.data.target_lang)
+    print(f"1/6 training a {source_lang}->{target_lang} translator on {config.data.path} ({run_dir} is replaced)")
+    train_translation(config, overwrite=True, progress_bar=not args.no_progress)
+
+    translator = Translator.from_checkpoint(run_dir / "best.pt")
+    test_pairs = read_parallel(config.data.path, "test", source_lang, target_lang)
+    shown = test_pairs[:SHOWN]
+    print(f"\n2/6 translating {len(shown)} test sentences (beam {config.search.beam_size})")
+    results = translator.translate([source for source, _ in shown])
+    lines = []
+    for (source, reference), (best, *_) in zip(shown, results):
+        lines += [f"{source_lang}:  {source}", f"out: {best.text}", f"ref: {reference}", ""]
+    print("\n".join(lines))
+    write_text_atomic(run_dir / "translations.txt", "\n".join(lines))
+
+    example = max((r[0] for r in results if not r[0].error), key=lambda t: len(t.source_words))
+    attention_png = plot_attention_matrix(
+        example.attention, example.source_words, example.words + ([EOS] if example.finished else []), run_dir / "attention.png", title=example.text
+    )
+
+    print(f"3/6 scoring all {len(test_pairs)} test sentences")
+    scores = translator.evaluate(test_pairs)
+    write_text_atomic(run_dir / "test_scores.json", json.dumps(scores, indent=2) + "\n")
+    print(f"test BLEU {scores['bleu']}  chrF {scores['chrf']}  ({scores['bleu_signature']})")
+
+    scene_outputs = scene_tour(args, run_dir)
+    print(f"\ndone in {time.perf_counter() - started:.0f} s. Outputs:")
+    for name, what in [
+        ("best.pt", "checkpoint (try: attnkit translate --checkpoint runs/demo/best.pt \"Je suis content.\")"),
+        ("log.jsonl", "one JSON line per epoch"),
+        ("translations.txt", "the sentences above"),
+        (attention_png.name, "source x output attention of one translation"),
+        ("test_scores.json", "BLEU and chrF on the test split"),
+    ]:
+        print(f"  {run_dir / name}: {what}")
+    for path, what in scene_outputs:
+        print(f"  {path}: {what}")
+    return 0
+
+
+def scene_tour(args: argparse.Namespace, run_dir: Path) -> list[tuple[Path, str]]:
+    """Steps 4-6: one decoder for images and sentences, trained jointly on generated scenes, and its attention compared."""
+    scenes_dir = run_dir / "scenes"
+    data = write_scene_dataset(scenes_dir / "data", {"train": args.scenes, "valid": max(10, args.scenes // 15)}, seed=0)
+    overrides = [f"data.path={data / 'captions'}", f"data.text_path={data / 'text'}", f"output_dir={scenes_dir}", "train.epochs=8", "train.max_minutes=4"]
+    config = load_config(args.scenes_config, [*overrides, *args.scenes_overrides])
+    print(
+        f"\n4/6 one decoder, two encoders: training on {args.scenes} generated scenes to caption them ({config.image_encoder.backbone}) "
+        f"and to translate their French descriptions (text encoder rnn: {config.text_encoder.rnn})"
+    )
+    train_multitask(config, overwrite=True, progress_bar=not args.no_progress)
+    checkpoint = scenes_dir / "best.pt"
+    comparer = AttentionComparer(Captioner.from_checkpoint(checkpoint), Translator.from_checkpoint(checkpoint))
+
+    shown = generate_scenes(SCENES_SHOWN, seed=0, split="test")
+    print(f"\n5/6 captioning {len(shown)} held-out scenes and translating their French descriptions with the same checkpoint")
+    images = [scene.image() for scene in shown]
+    captions = comparer.captioner.caption(images)
+    translations = comparer.translator.translate([scene.sentences[0].french_text for scene in shown])
+    lines = []
+    for number, (scene, image, (caption, *_), (translation, *_)) in enumerate(zip(shown, images, captions, translations)):
+        image.save(scenes_dir / f"scene-{number}.png")
+        lines += [f"scene-{number}.png", f"  caption:     {caption.text}", f"  fr:          {scene.sentences[0].french_text}", f"  translation: {translation.text}", ""]
+    print("\n".join(lines))
+    outputs_txt = write_text_atomic(scenes_dir / "outputs.txt", "\n".join(lines))
+
+    print(f"6/6 comparing the attention on {args.evaluate} held-out and {args.evaluate} compositional scenes, and on scene-0.png in detail")
+    metrics = compare_scenes(comparer, scenes_dir / "compare", args.evaluate, seed=0)  # its example is scene-0.png
+    try_it = f"attnkit caption --checkpoint {checkpoint} {scenes_dir / 'scene-0.png'}"
+    return [(checkpoint, f"joint checkpoint (try: {try_it})"), (outputs_txt, "the captions and translations above"), *metrics]
+

@@ -1,0 +1,169 @@
+"""Score a checkpoint on a split of its dataset or on any data; prints the scores as one JSON object.
+
+Translation (sacreBLEU BLEU and chrF):
+
+    attnkit evaluate --checkpoint runs/demo/best.pt --split test
+    attnkit evaluate --checkpoint CK --source test.de --reference test.en --beam 5
+
+Captioning (BLEU-1..4, CIDEr-D, METEOR when Java is there, NLTK BLEU-4):
+
+    attnkit evaluate --checkpoint runs/flickr8k/best.pt --split test --beam 5
+    attnkit evaluate --checkpoint CK --images photos/ --captions Flickr8k.token.txt
+
+``--split`` reads the prepared dataset the checkpoint was trained on (or
+``--data DIR``). ``--source``/``--reference`` take any raw, untokenised parallel
+text, one sentence per line; ``--images``/``--captions`` any folder of images with
+a caption file in the Flickr8k format (``image#k<TAB>caption``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from attnkit.captioning import TASK as CAPTIONING, Captioner
+from attnkit.checkpoint import load_checkpoint
+from attnkit.data.captions import CaptionedImage, image_root, read_caption_split, read_flickr8k_captions
+from attnkit.cli import check_input_file, check_output_file, check_output_folder, input_lines, non_negative_int, positive_int, warn_overlong_sources
+from attnkit.data.text import read_parallel
+from attnkit.errors import UserError
+from attnkit.model import MULTITASK
+from attnkit.translation import TASK as TRANSLATION, Translator
+
+# The options of one task only, by task: (option, its name in the parsed arguments).
+TASK_OPTIONS = {
+    TRANSLATION: (("--source", "source"), ("--reference", "reference"), ("--output", "output"), ("--replace-unk", "replace_unk")),
+    CAPTIONING: (("--images", "images"), ("--captions", "captions"), ("--cache", "cache")),
+}
+TASKS = {"caption": CAPTIONING, "translate": TRANSLATION}  # --task's choices
+DOES = {CAPTIONING: "captions", TRANSLATION: "translates"}
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attnkit evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--split", help="split of the prepared dataset: train, valid or test")
+    parser.add_argument("--data", help="prepared dataset folder (default: the one in the checkpoint's config)")
+    parser.add_argument("--source", metavar="FILE", help="translation: raw source sentences, one per line")
+    parser.add_argument("--reference", metavar="FILE", help="translation: raw reference translations, line-aligned with --source")
+    parser.add_argument("--images", metavar="DIR", help="captioning: folder of the images named in --captions")
+    parser.add_argument("--captions", metavar="FILE", help="captioning: reference captions, Flickr8k format (image#k<TAB>caption)")
+    parser.add_argument("--beam", type=positive_int, default=None, help="beam size (default: the checkpoint's search.beam_size)")
+    parser.add_argument("--batch-size", type=positive_int, default=64)
+    parser.add_argument("--limit", type=non_negative_int, default=0, help="score only the first N pairs or images (0: all)")
+    parser.add_argument("--output", metavar="FILE", help="translation: also write the translations here, one per line")
+    parser.add_argument("--replace-unk", action="store_true", help="translation: the source word the attention peaks on in place of each <unk>")
+    parser.add_argument("--cache", metavar="DIR", help="captioning: feature cache folder for a frozen encoder (default: none)")
+    parser.add_argument("--task", choices=tuple(TASKS), help="a joint (multitask) checkpoint with --split: which task to score (another checkpoint does only its own)")
+    parser.add_argument("--device", default="auto")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = get_args_parser().parse_args(argv)
+    checkpoint = load_checkpoint(args.checkpoint)
+    task = chosen_task(args, checkpoint.task)
+    result = evaluate_translation(args, checkpoint) if task == TRANSLATION else evaluate_captioning(args, checkpoint)
+    print(json.dumps({"checkpoint": args.checkpoint, **result}, ensure_ascii=False))
+    return 0
+
+
+def given_options(args: argparse.Namespace, task: str) -> list[str]:
+    """The options of ``task`` alone that were given."""
+    return [option for option, name in TASK_OPTIONS[task] if getattr(args, name)]
+
+
+def chosen_task(args: argparse.Namespace, checkpoint_task: str) -> str:
+    """The task to score: the checkpoint's, or for a joint checkpoint the one that --task or the options ask for.
+    A request the checkpoint cannot do, or options of the other task, is one clear error (never silently ignored)."""
+    asked = TASKS.get(args.task)
+    if checkpoint_task in DOES:
+        if asked is not None and asked != checkpoint_task:
+            raise UserError(f"--task {args.task}: {args.checkpoint} is a {checkpoint_task} checkpoint, not a joint one; it only {DOES[checkpoint_task]} (leave --task out)")
+        return checkpoint_task
+    if checkpoint_task != MULTITASK:
+        raise UserError(f"{args.checkpoint} is a '{checkpoint_task}' checkpoint; evaluate.py scores {TRANSLATION}, {CAPTIONING} and {MULTITASK} checkpoints")
+    by_options = [task for task in TASK_OPTIONS if given_options(args, task)]  # a joint model does both: --task or the options say which
+    if asked is not None and set(by_options) - {asked}:
+        other = TRANSLATION if asked == CAPTIONING else CAPTIONING
+        raise UserError(f"--task {args.task} does not go with {', '.join(given_options(args, other))} (options of {other}): this joint checkpoint scores one task at a time")
+    if len(by_options) > 1:
+        raise UserError(
+            f"{', '.join(given_options(args, TRANSLATION))} ({TRANSLATION}) and {', '.join(given_options(args, CAPTIONING))} ({CAPTIONING}) do not go together: "
+            "this joint checkpoint scores one task at a time; give the options of one"
+        )
+    task = asked or (by_options[0] if by_options else None)
+    if task is None:
+        raise UserError("this joint checkpoint captions and translates: add --task caption or --task translate")
+    return task
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """Inputs that cannot be read and outputs that cannot be written: a clear error before any data is read
+    or the model is built (after the checks that say which options go with the checkpoint's task)."""
+    for option, path in (("--source", args.source), ("--reference", args.reference), ("--captions", args.captions)):
+        if path:
+            check_input_file(path, option)
+    if args.images and not Path(args.images).is_dir():
+        raise UserError(f"--images {args.images}: {'is a file, not a folder' if Path(args.images).exists() else 'folder not found'}")
+    if args.output:
+        check_output_file(args.output, "--output")
+        for option, path in (("--source", args.source), ("--reference", args.reference)):
+            if path and Path(path).exists() and Path(path).resolve() == Path(args.output).resolve():
+                raise UserError(f"--output {args.output} is the {option} file: the translations would replace it")
+    if args.cache:
+        check_output_folder(args.cache, "--cache", writable=False)  # a full cache may be read-only
+
+
+def evaluate_translation(args: argparse.Namespace, checkpoint) -> dict:
+    if wrong := given_options(args, CAPTIONING):
+        raise UserError(f"{'/'.join(wrong)} {'is' if len(wrong) == 1 else 'are'} for captioning checkpoints; this one translates (use --source/--reference)")
+    if bool(args.source) != bool(args.reference):
+        raise UserError("--source and --reference go together")
+    if bool(args.split) == bool(args.source):
+        raise UserError("give either --split NAME or --source FILE --reference FILE")
+    check_paths(args)
+    config = checkpoint.config
+    if args.split:
+        data = args.data or config["data"].get("text_path") or config["data"]["path"]  # a joint model's text is in text_path
+        pairs = read_parallel(data, args.split, config["data"]["source_lang"], config["data"]["target_lang"])
+        what = {"data": data, "split": args.split}
+    else:
+        sources, references = list(input_lines(args.source, "--source")), list(input_lines(args.reference, "--reference"))
+        if len(sources) != len(references):
+            raise UserError(f"{args.source} has {len(sources)} lines but {args.reference} has {len(references)}")
+        pairs = list(zip(sources, references))
+        what = {"source": args.source, "reference": args.reference}
+    if args.limit > 0:
+        pairs = pairs[: args.limit]
+    translator = Translator.from_checkpoint(checkpoint, device=args.device)
+    warn_overlong_sources(translator, (source for source, _ in pairs))  # scored all the same, as translate.py translates them
+    scores = translator.evaluate(pairs, beam_size=args.beam, batch_size=args.batch_size, hypotheses_file=args.output, replace_unknown=args.replace_unk)
+    return {**what, **scores}
+
+
+def evaluate_captioning(args: argparse.Namespace, checkpoint) -> dict:
+    if wrong := given_options(args, TRANSLATION):
+        raise UserError(f"{'/'.join(wrong)} {'is' if len(wrong) == 1 else 'are'} for translation checkpoints; this one captions (use --images/--captions)")
+    if bool(args.images) != bool(args.captions):
+        raise UserError("--images and --captions go together")
+    if bool(args.split) == bool(args.images):
+        raise UserError("give either --split NAME or --images DIR --captions FILE")
+    check_paths(args)
+    if args.split:
+        data = args.data or checkpoint.config["data"]["path"]
+        items, root = read_caption_split(data, args.split), image_root(data)
+        what = {"data": data, "split": args.split}
+    else:
+        root = Path(args.images)  # a folder: checked by check_paths
+        items = [CaptionedImage(image, tuple(texts)) for image, texts in read_flickr8k_captions(args.captions).items()]
+        what = {"images": args.images, "captions": args.captions}
+    if args.limit > 0:
+        items = items[: args.limit]
+    captioner = Captioner.from_checkpoint(checkpoint, device=args.device, cache_dir=args.cache)
+    log = lambda message: print(message, file=sys.stderr)  # noqa: E731  (stdout is the JSON)
+    return {**what, **captioner.evaluate(items, root, beam_size=args.beam, batch_size=args.batch_size, log=log)}
+

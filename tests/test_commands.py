@@ -1,0 +1,72 @@
+"""The `attnkit` command: its subcommands, `python -m attnkit`, the console script and the tasks/ wrappers."""
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnkit.commands import COMMANDS, main
+from conftest import ROOT
+
+
+def attnkit(*args: str, script: str | None = None) -> subprocess.CompletedProcess:
+    command = [sys.executable, script] if script else [sys.executable, "-m", "attnkit"]
+    return subprocess.run([*command, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_every_command_with_one_line_and_imports_no_torch():
+    probe = "import sys; from attnkit.commands import main; code = main(['--help']); print('torch' in sys.modules); sys.exit(code)"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "False"  # `attnkit --help` answers at once: no command module (and no torch) is loaded
+    for name in COMMANDS:
+        assert sum(line.strip().startswith(f"{name} ") for line in lines) == 1, name
+
+
+def test_every_command_is_a_module_with_its_parser_and_a_tasks_wrapper():
+    wrappers = {path.stem for path in (ROOT / "tasks").glob("*.py")} - {"__init__"}
+    assert wrappers == set(COMMANDS)
+    for name in COMMANDS:
+        module = importlib.import_module(f"attnkit.commands.{name}")
+        assert module.get_args_parser().prog == f"attnkit {name}"
+        assert callable(module.main)
+        assert f'run(["{name}", *sys.argv[1:]])' in (ROOT / "tasks" / f"{name}.py").read_text()
+
+
+def test_the_console_script_is_declared():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["scripts"] == {"attnkit": "attnkit.commands:run"}
+    installed = Path(sys.executable).parent / "attnkit"  # `make install` puts it beside the interpreter
+    if not installed.exists():
+        pytest.skip(f"attnkit is not installed beside {sys.executable} (make install does that)")
+    done = subprocess.run([str(installed), "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "usage: attnkit COMMAND" in done.stdout
+
+
+@pytest.mark.parametrize("args", [[], ["tran"], ["--bogus"]])
+def test_no_or_an_unknown_command_is_one_message_and_exit_2(args, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    if args:
+        assert err.startswith(f"error: unknown command '{args[0]}'") and err.count("\n") == 1
+        assert ("did you mean 'train'?" in err) == (args == ["tran"])
+    else:
+        assert "usage: attnkit COMMAND" in err
+
+
+def test_version_and_a_command_through_python_m():
+    assert attnkit("--version").stdout.strip().startswith("attnkit ")
+    missing = attnkit("translate", "--checkpoint", "no/such/best.pt", "ein hund .")
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("error: ") and missing.stderr.count("\n") == 1 and "Traceback" not in missing.stderr
+
+
+def test_a_tasks_wrapper_runs_the_same_command():
+    done = attnkit("--help", script="tasks/average.py")
+    assert done.returncode == 0 and done.stdout.startswith("usage: attnkit average")
+    wrong = attnkit("--beam", "0", script="tasks/translate.py")
+    assert wrong.returncode == 2 and "attnkit translate: error:" in wrong.stderr
