@@ -8,7 +8,7 @@ is its log-probability / ((5 + length) / 6) ** alpha; 0 ranks by the raw log-pro
 favours short captions), the validation captions' NLTK BLEU-4, CIDEr-D and BLEU-1, their mean length
 against the references', the share that ended with <eos> and the brevity penalty BLEU pays: the
 figures that say *why* a wider beam helps or not. The setting with the highest CIDEr-D on the chosen
-split is printed with the command that makes it the checkpoint's default (``tasks/caption.py --beam``
+split is printed with the command that makes it the checkpoint's default (``attnkit caption --beam``
 and ``search.length_penalty``). Choose on validation, never on test.
 
 Human-readable lines first; the LAST line of stdout is one JSON object.

@@ -11,7 +11,7 @@ and kills a few milliseconds after it appears). After every kill:
 
 * every checkpoint in the folder must load with ``torch.load(weights_only=True)``
   (through attnkit's checkpoint validation);
-* the run goes on with ``tasks/train.py --resume last.pt`` (or starts afresh when the
+* the run goes on with ``attnkit train --resume last.pt`` (or starts afresh when the
   kill came before the first checkpoint), which must not be refused: the lock of the
   killed process is gone with it and its temporary files are cleared.
 

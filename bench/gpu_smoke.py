@@ -4,7 +4,7 @@
     python bench/gpu_smoke.py --device cpu --tiny --out DIR  # the same steps on a CPU with tiny models (what the tests run)
 
 On the lent GPU machine (Python 3.12, its own torch; no network), with the wheels it lacks carried
-(``bash bench/device_wheels.sh`` here first; README, "Scaling")::
+(``bash bench/device_wheels.sh`` here first; docs/scaling.md, "The GPU check")::
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && \\
         PYTHONPATH=src:/tmp/site python3 bench/gpu_smoke.py --out $OUT
@@ -22,8 +22,8 @@ with its error and the next step runs. The steps:
 4. ``training``: per recipe, training tokens/s in bf16 and in fp32 (+ TF32 on CUDA), the mean loss
    of the last epoch after the same steps from the same seed, and peak memory.
 5. ``decoding``: per recipe, greedy and beam-5 decoding speed on one batch of its training data.
-6. ``round_trip``: ``tasks/train.py`` (tiny recipe, 2 epochs) -> ``--resume`` to 3 epochs ->
-   ``tasks/evaluate.py`` on its best checkpoint, on the chosen device.
+6. ``round_trip``: ``attnkit train`` (tiny recipe, 2 epochs) -> ``--resume`` to 3 epochs ->
+   ``attnkit evaluate`` on its best checkpoint, on the chosen device.
 7. ``pixels``: images/s of captioning training on the uncached pixel path (the backbone runs every step).
 
 Recipes: the translation recipe's model (multi30k_de_en.yaml) on the embedded Tatoeba corpus, the

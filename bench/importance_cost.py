@@ -10,9 +10,9 @@ Two figures for the same photo, German sentence and forced English sentence (def
 study photo):
 
 1. in-process: ``AttentionComparer.compare`` with and without ``importance=True`` (every layer's and
-   head's attention kept either way, as ``tasks/compare.py`` asks), after one warm-up, the median of
+   head's attention kept either way, as ``attnkit compare`` asks), after one warm-up, the median of
    ``--repeats``; the difference is what the maps cost to compute;
-2. end to end: ``tasks/compare.py`` run as a user runs it (a fresh process: imports, model loading,
+2. end to end: ``attnkit compare`` run as a user runs it (a fresh process: imports, model loading,
    figures, report), with and without ``--no-importance``, the median of ``--repeats``; the difference
    is what the maps cost a user, importance.png and the report's views included.
 

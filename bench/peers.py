@@ -16,9 +16,9 @@ What it does, in one run of the script:
    Joey is never a dependency of attnkit): ``python -m venv`` with attnkit's interpreter (so the same
    torch wheel fits), then ``pip install torch==2.14.1 joeynmt==2.3.0 importlib_metadata`` (Joey
    imports ``importlib_metadata`` without declaring it). ``--joey-venv`` (or ``$ATTNKIT_JOEY_VENV``) uses another one.
-3. Trains attnkit: ``tasks/train.py`` with the recipe (``tasks/configs/multi30k_de_en.yaml``) and
+3. Trains attnkit: ``attnkit train`` with the recipe (``tasks/configs/multi30k_de_en.yaml``) and
    ``train.max_minutes=--minutes``, then scores ``best.pt`` on the test split with
-   ``tasks/evaluate.py --beam 5``.
+   ``attnkit evaluate --beam 5``.
 4. Trains Joey NMT on the same sentences, tokenised by attnkit's own tokenizer (Moses, lower-cased:
    Joey reads them as ``level: word`` split on spaces, with ``voc_min_freq`` and ``max_length`` as
    the recipe's), with a config built from the same recipe (:func:`joey_config`). Joey has no time
@@ -94,7 +94,7 @@ after the warm-up: attnkit halves the rate on validation plateaus, Joey (which h
 plateaus) takes its own Transformer schedule, warmupinversesquareroot, with the same warm-up and peak.
 
 On a GPU (``--device cuda``, ``cuda:N`` or ``auto``; a CUDA device that is not there is one error before
-anything runs): attnkit trains with ``train.device`` set to it and decodes with ``tasks/evaluate.py --device``.
+anything runs): attnkit trains with ``train.device`` set to it and decodes with ``attnkit evaluate --device``.
 Joey's config gets ``use_cuda: true`` (at the top, where Joey 2.3.0 reads it, and in ``training``); Joey
 takes no GPU index (its device is plain ``cuda`` and it counts every visible GPU), so its processes see only
 the chosen one (``CUDA_VISIBLE_DEVICES``). Joey's ``fp16`` stays false: it trains in fp32 at PyTorch's default

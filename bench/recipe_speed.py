@@ -8,7 +8,7 @@ Run from the project root::
     python bench/recipe_speed.py --set train.precision=bf16      # an override for every recipe
     python bench/recipe_speed.py --device cuda    # on a GPU (default: the CPU)
 
-Each recipe is set up as ``tasks/train.py`` sets it up (its sentencepiece models, vocabularies and
+Each recipe is set up as ``attnkit train`` sets it up (its sentencepiece models, vocabularies and
 model, from ``data/multi30k-de-en``, prepared from ``../shared/data`` when missing), then the real
 ``Trainer.train_epoch`` is timed on the same ``--pairs`` training pairs (a seeded sample; the
 recipe's own batch size, bucketing, dropout, label smoothing and optimiser) after a warm-up of a few

@@ -17,7 +17,7 @@ Run from the project root::
    decoder sees its task's data as often as the shared one did.
 4. Evaluates both set-ups on ``--scenes`` held-out scenes of the in-distribution test
    split and of the compositional split (colour-shape pairs never seen in training),
-   as ``tasks/compare.py --scenes`` does: caption BLEU-4 and exact match, translation
+   as ``attnkit compare --scenes`` does: caption BLEU-4 and exact match, translation
    BLEU and exact match, pointing-game hit rate and in-box attention mass over the
    words that name an object, AER of the text attention against the gold alignments.
    Which step's attention is a word's (the step that emits it, or the step whose query

@@ -2,7 +2,7 @@
 
 Reads the raw task-1 files ``ROOT/multi30k/task1/raw/{train,val,test_2016_flickr}.{en,de,fr}.gz``
 (gzip'd UTF-8, one sentence per line, line i of each language a translation of line i of the
-others; see ``SOURCE.md`` beside them) and writes the folder that ``tasks/train.py`` reads
+others; see ``SOURCE.md`` beside them) and writes the folder that ``attnkit train`` reads
 (see ``attnkit.data.text``): splits ``train`` (29,000 pairs), ``valid`` (val, 1,014) and
 ``test`` (test_2016_flickr, 1,000). Sentences stay raw (original casing and punctuation),
 whitespace-stripped; line i of the source file stays paired with line i of the target file.

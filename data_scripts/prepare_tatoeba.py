@@ -4,7 +4,7 @@ Reads ``fra.txt`` (one pair per line, ``english<TAB>french``) straight from the
 manythings.org Anki export ``fra-eng.zip`` (or from a plain ``eng-fra.txt`` /
 ``fra.txt`` file, as in the PyTorch tutorial's ``data.zip``), optionally applies the
 classic PyTorch seq2seq tutorial filter, splits by source sentence and writes the
-folder that ``tasks/train.py`` reads (see ``attnkit.data.text``).
+folder that ``attnkit train`` reads (see ``attnkit.data.text``).
 
 Usage::
 

@@ -6,7 +6,7 @@ Only torch (and the vocabulary's special ids) is needed here: importing the mode
 the dataset readers, nltk or PIL, so the supervision's *gold* attention is read elsewhere
 (:mod:`attnkit.supervision`) and reaches the loss on the batch.
 
-The doubly stochastic term, in one sentence (the config comment, DESIGN and the README say the
+The doubly stochastic term, in one sentence (the config comment, DESIGN and docs/captioning.md say the
 same): ``train.attention_regularization`` is Xu et al. (2015)'s lambda, each caption's loss is
 -log p(y|x) + lambda * sum_l (1 - sum_t alpha_tl)^2 (l over real memory positions, t over the
 caption's target steps), and a batch's loss is the sum of its captions' losses divided by its

@@ -1,6 +1,6 @@
 """Which part of a model runs in which precision under mixed precision, made explicit and checkable.
 
-The rule (the README's "Mixed precision" table says the same):
+The rule (docs/scaling.md's "Mixed precision, part by part" table says the same):
 
 * matrix products, convolutions and attention run in the autocast dtype (bf16 or fp16) where
   autocast puts them;
