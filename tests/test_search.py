@@ -193,3 +193,19 @@ def test_a_length_penalty_does_not_stop_the_search_while_a_live_hypothesis_can_s
     exhaustive = max(_force_decode(stub, encoded, [4] * m + [EOS])[1] / length_penalty(m + 1, 1.0) for m in range(20))
     assert best.tokens == [4] * 9 and best.finished
     assert best.score == pytest.approx(exhaustive)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_never_keeps_pad_and_bos_out_of_every_output_so_each_attention_row_has_its_word(vocab, beam):
+    """An untrained model may rank <pad> first; a word the vocabulary drops would leave its attention row without a label."""
+    from attnkit.config import SearchConfig
+    from attnkit.search import search
+
+    model = tiny_model(vocab)
+    with torch.no_grad():
+        model.decoder.output.bias[Vocabulary.pad_index] += 100.0  # <pad> first at every step
+    encoded = model.encode(pad_sequences(SOURCES))
+    found = search(model.decoder, encoded, BOS, EOS, SearchConfig(beam_size=beam, max_length_offset=6), never=(Vocabulary.pad_index, BOS))
+    for best, *_ in found:
+        assert not {Vocabulary.pad_index, BOS} & set(best.tokens)
+        assert best.attention.shape[0] == len(vocab.decode(best.tokens)) + best.finished

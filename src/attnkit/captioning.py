@@ -29,7 +29,7 @@ from attnkit.config import ExperimentConfig, SearchConfig, from_dict
 from attnkit.data.batching import Batch, batch_gold, pad_sequences
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
 from attnkit.data.features import FeatureCache, encoder_identity
-from attnkit.data.images import ImageError, ImageSource, MosaicFile, image_tensor, load_image, load_image_source, mosaic_arrangements, occlude_cells
+from attnkit.data.images import ImageError, ImageSource, MosaicFile, image_tensor, load_image, load_image_source, mosaic_arrangements, occlude_cells, open_rgb
 from attnkit.encoders.image import ImageEncoder
 from attnkit.errors import UserError
 from attnkit.interfaces import EncoderOutput, GridFeatures, Pixels
@@ -40,7 +40,8 @@ from attnkit.search import search
 from attnkit.supervision import CaptionGold, caption_gold, describe_gold, require_gold, scene_ground_truth
 from attnkit.distributed import autocast, resolve_device, resolve_precision
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
-from attnkit.vocab import SubwordModel, Tokenizer, Vocabulary
+from attnkit.vocab import EOS, SubwordModel, Tokenizer, Vocabulary
+from attnkit.watch import DrawAttention
 
 TASK = "captioning"
 ImageInput = str | Path | Image.Image  # an image file, or an image already in memory (e.g. a generated scene)
@@ -200,7 +201,7 @@ class Captioner:
                         results[i] = self.caption([images[i]], beam_size, 1, n_best)[0]
                 continue
             with autocast(self.device, self.precision):
-                found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam_size, n_best)
+                found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam_size, n_best, never=(vocab.pad_index, vocab.bos_index))
             grid = (encoded.layout.height, encoded.layout.width)
             for i, hypotheses in zip(chunk, found):
                 results[i] = [self._caption(_name(images[i], i), h, grid) for h in hypotheses]
@@ -340,6 +341,27 @@ def caption_validation(
     return {"bleu4": metrics["bleu4"], "cider_d": metrics["cider_d"]}
 
 
+def draw_caption_attention(caption: Caption, image, path: str | Path) -> Path:
+    """The photo and one panel per generated word (and <eos> when it finished) with its attention overlaid."""
+    from attnkit.viz import plot_image_attention  # matplotlib: only when drawing
+
+    words = caption.words + ([EOS] if caption.finished else [])
+    return plot_image_attention(image, words, caption.attention, caption.grid, path, title=caption.text)
+
+
+def caption_attention_drawer(pipeline: CaptionPipeline, config: ExperimentConfig, image: Path, cache: FeatureCache | None) -> DrawAttention:
+    """Draws the attention over ``image`` (one fixed validation photo) captioned greedily by the model in training."""
+
+    def draw(model: nn.Module, folder: Path) -> dict[str, Path]:
+        captioner = Captioner(model, pipeline, config.search, next(model.parameters()).device, cache)
+        ((best, *_),) = captioner.caption([str(image)], beam_size=1)
+        if best.error:
+            return {}
+        return {"caption": draw_caption_attention(best, open_rgb(image), folder / "caption.png")}
+
+    return draw
+
+
 def parameter_groups(model: nn.Module, encoder: ImageEncoder, config: ExperimentConfig) -> list[dict]:
     """Adam's groups: the fine-tuned backbone blocks (if any) at ``image_encoder.backbone_lr``, the rest at ``train.lr``."""
     trainable_backbone = [p for p in encoder.backbone.parameters() if p.requires_grad]
@@ -380,6 +402,7 @@ def prepare_captioning(config: ExperimentConfig, resume: Checkpoint | None, cont
     return TaskSetup(
         config, model, objective, dataset, collate, validate, pipeline.vocabularies, parameter_groups(model, encoder, config),
         validation_examples=len(valid_items), notes=notes,
+        draw_attention=caption_attention_drawer(pipeline, config, root / valid_items[0].image, valid_cache) if valid_items else None,
     )  # fmt: skip
 
 

@@ -276,6 +276,7 @@ class TrainConfig(_Checked):
     threads: int = checked(0, at_least(0))  # torch CPU threads (0: the cores this process may use, shared among the ranks of a torchrun job on this machine)
     seed: int = checked(1, between(0, 2**32 - 1))  # the range every seeded generator (torch, numpy, random) accepts
     log_every: int = checked(50, at_least(1))  # progress-bar refresh of the running loss, in batches
+    tensorboard: bool = False  # also write TensorBoard scalars and, at every validation, one fixed validation example's attention to <run>/tensorboard (pip install 'attnkit[tensorboard]')
     caption_share: float = checked(0.5, PROBABILITY)  # task multitask: share of the batches that are captioning batches (the rest translate)
 
 

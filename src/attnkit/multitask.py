@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from attnkit.captioning import CaptionPipeline, caption_training_set, caption_validation, describe_images, parameter_groups, record_weights
+from attnkit.captioning import CaptionPipeline, caption_attention_drawer, caption_training_set, caption_validation, describe_images, parameter_groups, record_weights
 from attnkit.checkpoint import Checkpoint
 from attnkit.config import ExperimentConfig
 from attnkit.data.batching import BucketBatchSampler, TaskMixSampler
@@ -36,7 +36,7 @@ from attnkit.losses import Seq2SeqObjective
 from attnkit.model import MULTITASK, build_multitask_model, describe_parameters
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
 from attnkit.supervision import describe_gold
-from attnkit.translation import TextPipeline, translation_training_set, translation_validation
+from attnkit.translation import TextPipeline, translation_attention_drawer, translation_training_set, translation_validation
 
 TASK = MULTITASK
 
@@ -115,6 +115,14 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
         scores = [s for s in (caption.get("bleu4"), translation.get("bleu")) if s is not None]
         return {**{f"caption_{k}": v for k, v in caption.items()}, **translation, "score": round(sum(scores) / len(scores), 2)}
 
+    drawers = [
+        *([caption_attention_drawer(captions, config, root / valid_items[0].image, valid_cache)] if share > 0 and valid_items else []),
+        *([translation_attention_drawer(text, config, valid_pairs[0][0])] if share < 1 and valid_pairs else []),
+    ]
+
+    def draw_attention(trained: nn.Module, folder: Path) -> dict[str, Path]:
+        return {tag: png for draw in drawers for tag, png in draw(trained, folder).items()}  # the photo's and the sentence's
+
     notes = [
         f"multitask: {len(caption_set)} captions of {describe_images(caption_set.paths)} and {len(text_set)} {source_lang}->{target_lang} pairs; "
         f"{share:.0%} of the batches caption; vocabulary {len(text.source_vocab)} / {len(text.target_vocab)} (shared by both tasks)",
@@ -136,6 +144,7 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
         idle_parameters=True,  # a captioning batch leaves the text encoder without gradients, and the other way round
         validation_examples=min(len(valid_items) if share > 0 else 1, len(valid_pairs) if share < 1 else 1),
         notes=notes,
+        draw_attention=draw_attention,
     )
 
 

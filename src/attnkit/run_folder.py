@@ -1,8 +1,8 @@
 """A training run's folder: which files are the run's, who may write them, and what --overwrite removes.
 
-A run writes exactly :data:`RUN_FILES`, and with ``train.keep_epochs`` the epoch checkpoints
-``epoch-<k>.pt`` (and the temporary files of their atomic writes); everything else in the folder
-belongs to the user and is never touched. One process at a
+A run writes exactly :data:`RUN_FILES`, with ``train.keep_epochs`` the epoch checkpoints
+``epoch-<k>.pt`` (and the temporary files of their atomic writes), and with ``train.tensorboard`` the event
+files in ``tensorboard/``; everything else in the folder belongs to the user and is never touched. One process at a
 time writes a run folder: :meth:`RunFolder.claim` takes an exclusive lock (``flock`` on
 ``.attnkit.lock``, released by the kernel when the process ends, even on SIGKILL), so a
 second training into the same folder gets a clear error instead of mixing two runs.
@@ -22,6 +22,7 @@ import torch
 
 from attnkit.errors import UserError
 from attnkit.files import temporary_files, write_text_atomic
+from attnkit.watch import EVENT_FILES, FOLDER as TENSORBOARD
 
 try:
     import fcntl
@@ -124,10 +125,13 @@ class RunFolder:
     def remove_run_files(self) -> list[Path]:
         """``--overwrite``: remove the run's own files (never anything else in the folder); returns what was removed."""
         removed = []
-        for path in [*(self.path / name for name in RUN_FILES), *self.epoch_checkpoints().values()]:
+        events = sorted((self.path / TENSORBOARD).glob(EVENT_FILES))
+        for path in [*(self.path / name for name in RUN_FILES), *self.epoch_checkpoints().values(), *events]:
             if path.is_file():
                 path.unlink()
                 removed.append(path)
+        with contextlib.suppress(OSError):  # the events' folder goes too when nothing of the user's is left in it
+            (self.path / TENSORBOARD).rmdir()
         return removed
 
     def _remove_temporaries(self) -> None:

@@ -13,6 +13,7 @@ returned with ``finished=False``: search always gives an answer.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -54,13 +55,14 @@ def _crop(attention: Tensor, mask: Tensor) -> Tensor:
 
 @torch.no_grad()
 def greedy_search(
-    decoder: Decoder, encoded: EncoderOutput, bos: int, eos: int, max_length: int | Tensor, alpha: float = 0.0
+    decoder: Decoder, encoded: EncoderOutput, bos: int, eos: int, max_length: int | Tensor, alpha: float = 0.0, never: Sequence[int] = ()
 ) -> list[Hypothesis]:
-    """Pick the most probable word at each step, for the whole batch at once."""
+    """Pick the most probable word at each step, for the whole batch at once (never a word in ``never``)."""
     batch = encoded.batch_size
     limits = _limits(encoded, max_length)
     state = decoder.init_state(encoded)
     previous = torch.full((batch,), bos, dtype=torch.long, device=encoded.memory.device)
+    never_ids = _never_ids(never, encoded.memory.device)
     tokens, attention, log_probs = [], [], []
     running = torch.ones(batch, dtype=torch.bool)
     lengths = torch.zeros(batch, dtype=torch.long)  # output steps taken, <eos> included
@@ -68,7 +70,7 @@ def greedy_search(
     for t in range(int(limits.max())):
         out = decoder.step(previous, state)
         state = out.state
-        best_log_prob, best = torch.log_softmax(out.logits.float(), -1).max(-1)  # (B,), (B,)
+        best_log_prob, best = torch.log_softmax(_without(out.logits, never_ids), -1).max(-1)  # (B,), (B,)
         tokens.append(best.cpu())  # the step's one device->host copy: has every sentence ended?
         attention.append(out.attention)
         log_probs.append(best_log_prob)
@@ -109,8 +111,9 @@ def beam_search(
     max_length: int | Tensor,
     alpha: float = 1.0,
     n_best: int = 1,
+    never: Sequence[int] = (),
 ) -> list[list[Hypothesis]]:
-    """Batched beam search; returns the ``n_best`` hypotheses of every example, best first.
+    """Batched beam search; returns the ``n_best`` hypotheses of every example, best first (never a word in ``never``).
 
     Each step ranks the 2K best continuations of every sentence: those that end
     in <eos> within the first K ranks are finished, the K best others live on. A
@@ -142,6 +145,7 @@ def beam_search(
     scores = torch.full((batch, k), float("-inf"), device=device)
     scores[:, 0] = 0.0  # (B, K) only the first beam is live before the first step
     previous = torch.full((batch * k,), bos, dtype=torch.long, device=device)
+    never_ids = _never_ids(never, device)
     active = list(range(batch))  # sentence ids in the rows of the state, K rows each
     # Per step t, on the host: for every row of step t+1, its input word and its parent row in step t's batch
     # (sentences leave between steps, so row numbers are per step); on the device: the attention of step t's rows.
@@ -155,7 +159,7 @@ def beam_search(
     for t in range(int(limits.max())):
         out = decoder.step(previous, state)
         step_attention.append(out.attention)
-        log_probs = torch.log_softmax(out.logits.float(), -1)  # (A*K, V)
+        log_probs = torch.log_softmax(_without(out.logits, never_ids), -1)  # (A*K, V)
         vocab = log_probs.shape[-1]
         candidates = (scores.view(-1, 1) + log_probs).view(len(active), k * vocab)  # (A, K*V)
         top_scores, top_ids = candidates.topk(2 * k, dim=1)  # (A, 2K)
@@ -278,11 +282,23 @@ def _rebuild(
 
 
 def search(
-    decoder: Decoder, encoded: EncoderOutput, bos: int, eos: int, config, beam_size: int | None = None, n_best: int = 1
+    decoder: Decoder, encoded: EncoderOutput, bos: int, eos: int, config, beam_size: int | None = None, n_best: int = 1, never: Sequence[int] = ()
 ) -> list[list[Hypothesis]]:
-    """The ``n_best`` hypotheses of every example as ``config`` (a SearchConfig) says: greedy for beam 1, else beam search."""
+    """The ``n_best`` hypotheses of every example as ``config`` (a SearchConfig) says: greedy for beam 1, else beam search.
+    ``never``: ids no output may hold (<pad>, <bos>: an untrained model may rank them first, and an output word
+    that is none would leave an attention row without its word)."""
     beam = beam_size or config.beam_size
     limits = max_steps(encoded, config.max_length_ratio, config.max_length_offset)
     if beam == 1 and n_best == 1:
-        return [[h] for h in greedy_search(decoder, encoded, bos, eos, limits, config.length_penalty)]
-    return beam_search(decoder, encoded, bos, eos, beam, limits, config.length_penalty, n_best)
+        return [[h] for h in greedy_search(decoder, encoded, bos, eos, limits, config.length_penalty, never)]
+    return beam_search(decoder, encoded, bos, eos, beam, limits, config.length_penalty, n_best, never)
+
+
+def _never_ids(never: Sequence[int], device: torch.device) -> Tensor | None:
+    return torch.tensor(list(never), dtype=torch.long, device=device) if never else None  # made once per search: no copy per step
+
+
+def _without(logits: Tensor, never: Tensor | None) -> Tensor:
+    """The step's logits in fp32, those of the ids ``never`` at -inf."""
+    logits = logits.float()
+    return logits if never is None else logits.index_fill(-1, never, float("-inf"))

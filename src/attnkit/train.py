@@ -37,6 +37,7 @@ from attnkit.distributed import Distributed, ShardedBatchSampler, autocast, choo
 from attnkit.errors import UserError
 from attnkit.optim import LearningRateSchedule
 from attnkit.run_folder import RunFolder, epoch_checkpoint_name
+from attnkit.watch import DrawAttention, TensorBoardLog, summary_writer_class
 
 Evaluate = Callable[[nn.Module], dict[str, Any]]
 BatchesFor = Callable[[int], torch.utils.data.Sampler]  # global batch size -> an epoch's batches (with set_epoch)
@@ -87,13 +88,15 @@ class Trainer:
         idle_parameters: bool = False,
         distributed: Distributed | None = None,
         device: torch.device | None = None,
+        watch: TensorBoardLog | None = None,
     ):
         """``parameter_groups``: Adam's groups (e.g. a lower learning rate for a fine-tuned backbone);
         default: every parameter that requires a gradient, at ``config.lr``. ``batches``: makes an epoch's
         batches for a global batch size (``config.batch_size`` x ranks); default: length buckets of
         ``dataset.lengths``. ``idle_parameters``: some parameters get no gradient in a step (a joint model's
         other encoder), which DistributedDataParallel must be told. ``distributed`` / ``device``: where this
-        process runs (default: from the ``torchrun`` environment and ``config.device``; the group is joined here)."""
+        process runs (default: from the ``torchrun`` environment and ``config.device``; the group is joined here).
+        ``watch``: where rank 0 also writes each epoch's TensorBoard events (``train.tensorboard``)."""
         self.config = config
         self.run_dir = Path(run_dir)
         self.contents = contents
@@ -104,6 +107,7 @@ class Trainer:
         self.device = device or self.distributed.start(resolve_device(config.device))
         self.dtype = resolve_precision(config.precision, self.device)
         self.log = log if self.distributed.is_main else _silent
+        self.watch = watch if self.distributed.is_main else None
 
         self.model = model.to(self.device)
         self.train_model = model
@@ -303,6 +307,9 @@ class Trainer:
         if progress.stop_reason:
             record["stop"] = progress.stop_reason
         self.history.append(record)
+        if self.watch is not None:  # before the checkpoints: a kill in between redoes this epoch, whose events the resume hides
+            with torch.no_grad(), autocast(self.device, self.dtype):
+                self.watch.log_epoch(record, self.model)
         checkpoint = self.checkpoint(random_states)
         # best.pt before last.pt: a kill between the two leaves best.pt ahead, never behind; resuming
         # last.pt redoes the epoch exactly. log.jsonl is rebuilt from the checkpoint's history on resume.
@@ -371,6 +378,7 @@ class TaskSetup:
     validation_examples: int = 1  # examples validate() decodes (training refuses to start with none)
     notes: list[str] = field(default_factory=list)  # lines for the log: data and model sizes
     subword_models: dict[str, bytes] = field(default_factory=dict)  # the text pipeline's sentencepiece models, for checkpoints
+    draw_attention: DrawAttention | None = None  # one fixed validation example's attention, for train.tensorboard
 
 
 Prepare = Callable[[ExperimentConfig, "Checkpoint | None", RunContext], TaskSetup]
@@ -398,6 +406,8 @@ def train_recipe(
     try:
         if resume is not None:  # before any work: a changed architecture may fit the saved weights by chance
             resume.refuse_another_model(config)
+        if config.train.tensorboard and distributed.is_main:
+            summary_writer_class()  # a missing tensorboard package is said before any work
         threads = choose_threads(config.train.threads, distributed.local_world_size)
         torch.set_num_threads(threads)
         log(f"{config.task} on {device}" + (f", rank 0 of {distributed.world_size}" if distributed.enabled else "") + f", {threads} CPU thread(s)")
@@ -428,12 +438,15 @@ def train_recipe(
             idle_parameters=setup.idle_parameters,
             distributed=distributed,
             device=device,
+            watch=TensorBoardLog(folder.path, setup.draw_attention) if setup.config.train.tensorboard and distributed.is_main else None,
         )
         if resume is not None:  # a checkpoint that does not fit fails here, before the folder is touched
             trainer.restore(resume)
             log(f"resuming after epoch {trainer.progress.epoch} (best score {trainer.progress.best_score})")
         with contextlib.ExitStack() as held:
             distributed.on_main(lambda: _claim(held, folder, trainer, resume, overwrite, setup.config, log))
+            if trainer.watch is not None:
+                held.callback(trainer.watch.close)
             progress = trainer.fit()
         distributed.barrier()  # every rank is done talking before any tears its connections down
         return progress

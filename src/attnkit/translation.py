@@ -32,7 +32,8 @@ from attnkit.search import Hypothesis, search
 from attnkit.supervision import TranslationGold, describe_gold, require_gold, scene_ground_truth, translation_gold
 from attnkit.distributed import autocast, resolve_device, resolve_precision
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
-from attnkit.vocab import UNK, SubwordModel, Tokenizer, Vocabulary, normalise
+from attnkit.vocab import EOS, UNK, SubwordModel, Tokenizer, Vocabulary, normalise
+from attnkit.watch import DrawAttention
 
 TASK = "translation"
 
@@ -206,7 +207,7 @@ class Translator:
             vocab = self.pipeline.target_vocab
             with autocast(self.device, self.precision):  # as validation decodes, so test and validation scores compare
                 encoded = self.encode_words([prepared[i][0] for i in chunk])
-                found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam, n_best)
+                found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam, n_best, never=(vocab.pad_index, vocab.bos_index))
             for i, hypotheses in zip(chunk, found):
                 words, truncated = prepared[i]
                 results[i] = [self._translation(sentences[i], words, truncated, h, replace_unknown) for h in hypotheses]
@@ -254,6 +255,25 @@ class Translator:
             "beam_size": beam_size or self.search.beam_size,
             "unknown_words_replaced": replace_unknown,
         }
+
+
+def draw_translation_attention(translation: Translation, path: str | Path) -> Path:
+    """The source x output attention matrix of one translation (with its <eos> row when it finished)."""
+    from attnkit.viz import plot_attention_matrix  # matplotlib: only when drawing
+
+    rows = translation.words + ([EOS] if translation.finished else [])
+    return plot_attention_matrix(translation.attention, translation.source_words, rows, path, title=translation.text)
+
+
+def translation_attention_drawer(pipeline: TextPipeline, config: ExperimentConfig, source: str) -> DrawAttention:
+    """Draws the attention of ``source`` (one fixed validation sentence) translated greedily by the model in training."""
+
+    def draw(model: nn.Module, folder: Path) -> dict[str, Path]:
+        translator = Translator(model, pipeline, config.search, next(model.parameters()).device)
+        ((best, *_),) = translator.translate([source], beam_size=1)
+        return {} if best.error else {"translation": draw_translation_attention(best, folder / "translation.png")}
+
+    return draw
 
 
 def replace_unknown_words(words: Sequence[str], source_words: Sequence[str], attention: Tensor) -> list[str]:
@@ -329,6 +349,7 @@ def prepare_translation(config: ExperimentConfig, resume: Checkpoint | None, con
     return TaskSetup(
         config, model, objective, dataset, collate, validate, pipeline.vocabularies,
         subword_models=pipeline.subword_models, validation_examples=len(valid_pairs), notes=notes,
+        draw_attention=translation_attention_drawer(pipeline, config, valid_pairs[0][0]) if valid_pairs else None,
     )  # fmt: skip
 
 

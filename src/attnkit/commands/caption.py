@@ -17,12 +17,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from attnkit.captioning import Caption, Captioner
+from attnkit.captioning import Caption, Captioner, draw_caption_attention
 from attnkit.cli import add_search_arguments, batches, beam_for, check_output_file, check_output_folder, numbered_path
 from attnkit.data.images import ImageError, open_rgb
 from attnkit.errors import UserError
-from attnkit.viz import plot_image_attention
-from attnkit.vocab import EOS
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -79,7 +77,6 @@ def write_overlays(best: Caption, path) -> None:
         image = open_rgb(best.image)
     except ImageError as error:  # removed or changed since it was captioned
         raise UserError(str(error)) from None
-    words = best.words + ([EOS] if best.finished else [])
-    plot_image_attention(image, words, best.attention, best.grid, path, title=best.text)
+    draw_caption_attention(best, image, path)
     print(f"attention: {path}", file=sys.stderr)
 

@@ -30,9 +30,7 @@ from attnkit.data.text import read_parallel, resolve_languages
 from attnkit.files import write_text_atomic
 from attnkit.multitask import train_multitask
 from attnkit.report import compare_scenes
-from attnkit.translation import Translator, train_translation
-from attnkit.viz import plot_attention_matrix
-from attnkit.vocab import EOS
+from attnkit.translation import Translator, draw_translation_attention, train_translation
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout: src/attnkit/commands/demo.py
 
@@ -73,9 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_text_atomic(run_dir / "translations.txt", "\n".join(lines))
 
     example = max((r[0] for r in results if not r[0].error), key=lambda t: len(t.source_words))
-    attention_png = plot_attention_matrix(
-        example.attention, example.source_words, example.words + ([EOS] if example.finished else []), run_dir / "attention.png", title=example.text
-    )
+    attention_png = draw_translation_attention(example, run_dir / "attention.png")
 
     print(f"3/6 scoring all {len(test_pairs)} test sentences")
     scores = translator.evaluate(test_pairs)

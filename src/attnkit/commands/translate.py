@@ -22,9 +22,7 @@ from itertools import chain, islice
 
 from attnkit.cli import add_search_arguments, beam_for, check_output_file, input_lines, numbered_path, stdin_lines, warn_cut_sources
 from attnkit.errors import UserError
-from attnkit.translation import Translation, Translator
-from attnkit.viz import plot_attention_matrix
-from attnkit.vocab import EOS
+from attnkit.translation import Translation, Translator, draw_translation_attention
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -97,7 +95,6 @@ def print_translations(number: int, nbest: list[Translation], n_best: int, max_s
 
 def write_attention(best: Translation, path) -> None:
     check_output_file(path, "--attention-png", figure=True)  # OUT-<n>.png may be a folder
-    rows = best.words + ([EOS] if best.finished else [])
-    plot_attention_matrix(best.attention, best.source_words, rows, path, title=best.text)
+    draw_translation_attention(best, path)
     print(f"attention: {path}", file=sys.stderr)
 
