@@ -205,11 +205,19 @@ def _importance_steps(image, comparison: Comparison, statistics: dict) -> list[d
     return steps
 
 
-def write_report(path: str | Path, image, comparison: Comparison, statistics: dict, title: str = "attnkit: attention over an image and over a sentence") -> Path:
+REPORT_TITLE = "attnkit: attention over an image and over a sentence"
+
+
+def write_report(path: str | Path, image, comparison: Comparison, statistics: dict, title: str = REPORT_TITLE) -> Path:
     """Write the report for ``comparison`` (``statistics`` as :meth:`Comparison.statistics` gives them).
 
     With every head's attention in ``comparison`` (``compare(heads=True)``) and a multi-head decoder,
     the report has a head switch per such modality (the module docstring)."""
+    return write_text_atomic(path, render_report(image, comparison, statistics, title))
+
+
+def render_report(image, comparison: Comparison, statistics: dict, title: str = REPORT_TITLE, preamble: str = "") -> str:
+    """The report as one self-contained HTML document; ``preamble`` (HTML) goes first in its body (``attnkit serve``'s form)."""
     steps = []
     switches = _head_switches(comparison)
     reading_heads = comparison.head_attention(READING) if switches and comparison.image_reading is not None else None  # (W, N, h, L), (W, N', h', S)
@@ -286,7 +294,7 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
     document = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title><style>{STYLE}</style></head>
 <body>
-<h1>{escape(title)}</h1>
+{preamble}<h1>{escape(title)}</h1>
 <p class="sentence"><b>target</b> (forced through both encoders): {escape(target)}</p>
 <p class="sentence"><b>source</b>: {escape(" ".join(comparison.source_words))}</p>
 <p>Hover over or click a target word to see where the decoder looked, over the {height}&times;{width} image grid and over the source words.</p>
@@ -307,7 +315,7 @@ def write_report(path: str | Path, image, comparison: Comparison, statistics: di
 <script>{SCRIPT}</script>
 </body></html>
 """
-    return write_text_atomic(path, document)
+    return document
 
 
 def write_comparison(

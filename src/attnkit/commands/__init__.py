@@ -27,6 +27,7 @@ COMMANDS = {
     "evaluate": "score a checkpoint on a split: BLEU and chrF, or BLEU-4, CIDEr-D and METEOR",
     "average": "average the weights of a model's last checkpoints into one",
     "demo": "train on the embedded data, translate, caption generated scenes and compare the two attentions",
+    "serve": "a local web page to try a model: drop a photo, type a sentence, see the caption, translation and attention",
 }
 
 

@@ -7,6 +7,7 @@ message naming the file, so a script can report it and go on with the others.
 
 from __future__ import annotations
 
+import io
 import random
 import warnings
 from dataclasses import dataclass
@@ -36,26 +37,38 @@ def open_rgb(path: str | Path) -> Image.Image:
         raise ImageError(f"{path}: is a directory, not an image")
     if path.stat().st_size == 0:
         raise ImageError(f"{path}: empty file")
+    return _decode_rgb(path, str(path), MAX_PIXELS)
+
+
+def rgb_from_bytes(data: bytes, name: str, max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """An image sent as bytes (a photo uploaded to ``attnkit serve``) as 8-bit RGB, checked as a file is."""
+    if not data:
+        raise ImageError(f"{name}: empty file")
+    return _decode_rgb(io.BytesIO(data), name, max_pixels)
+
+
+def _decode_rgb(source, name: str, max_pixels: int) -> Image.Image:
+    """Decode ``source`` (a path or a file object) whole, refusing more than ``max_pixels``; ``name`` is said in errors."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as image:
+            with Image.open(source) as image:
                 width, height = image.size
                 if width == 0 or height == 0:
-                    raise ImageError(f"{path}: image has zero size ({width}x{height})")
-                if width * height > MAX_PIXELS:
-                    raise ImageError(f"{path}: {width}x{height} pixels is over the limit of {MAX_PIXELS:,} (decompression bomb?)")
+                    raise ImageError(f"{name}: image has zero size ({width}x{height})")
+                if width * height > max_pixels:
+                    raise ImageError(f"{name}: {width}x{height} pixels is over the limit of {max_pixels:,} (decompression bomb?)")
                 ImageFile.LOAD_TRUNCATED_IMAGES = False
                 image.load()  # decode now, inside the error handling: truncated data fails here
                 return _to_rgb(image)
     except ImageError:
         raise
     except UnidentifiedImageError:
-        raise ImageError(f"{path}: not an image file (or a format Pillow cannot read)") from None
+        raise ImageError(f"{name}: not an image file (or a format Pillow cannot read)") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise ImageError(f"{path}: too many pixels (decompression bomb limit)") from None
+        raise ImageError(f"{name}: too many pixels (decompression bomb limit)") from None
     except (OSError, SyntaxError, ValueError) as error:  # truncated or corrupt data
-        raise ImageError(f"{path}: unreadable or truncated image ({error})") from None
+        raise ImageError(f"{name}: unreadable or truncated image ({error})") from None
 
 
 def _to_rgb(image: Image.Image) -> Image.Image:

@@ -1,0 +1,70 @@
+"""Serve a local page to try a model: drop a photo and/or type a sentence, get the caption and the translation
+with their attention, and with a model that does both, the comparison report (maps per word, source weights,
+the head and importance switches).
+
+    attnkit serve --checkpoint runs/demo/scenes/best.pt            # a joint model: captions, translates, compares
+    attnkit serve --checkpoint runs/multi30k_de_en_subword/best.pt   # a translator alone (or a captioner alone)
+    attnkit serve --caption-checkpoint runs/flickr8k/best.pt --translation-checkpoint runs/multi30k_de_en/best.pt
+
+then open the address it prints (http://127.0.0.1:8000/ by default). It listens on 127.0.0.1 only, unless
+``--host`` says otherwise (``--host 0.0.0.0``: every network the machine is on; anyone who reaches it can use
+the model). Ctrl-C stops it. Bad uploads get their message on the page and the server stays up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from attnkit.cli import int_in_range
+from attnkit.data.images import MAX_PIXELS
+from attnkit.errors import UserError
+
+
+def positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attnkit serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", help="a joint checkpoint (captions and translates), or a captioning or a translation checkpoint")
+    parser.add_argument("--caption-checkpoint", help="instead of --checkpoint: a captioning checkpoint (with --translation-checkpoint: compare too)")
+    parser.add_argument("--translation-checkpoint", help="instead of --checkpoint: a translation checkpoint")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int_in_range(0, 65535), default=8000, help="the port (0: any free one; the address is printed)")
+    parser.add_argument("--max-upload-mb", type=positive_number, default=20.0, help="largest request accepted, in MB")
+    parser.add_argument("--max-pixels", type=int_in_range(1), default=MAX_PIXELS, help="largest photo accepted, in pixels (width x height)")
+    parser.add_argument("--no-importance", action="store_true", help="compare without the importance maps (faster: a backbone pass per grid cell saved)")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument("--quiet", action="store_true", help="no line per request")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from attnkit.serve import Models, TryPage, make_server
+
+    args = get_args_parser().parse_args(argv)
+    models = Models.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device)
+    page = TryPage(models, max_upload_bytes=int(args.max_upload_mb * 1e6), max_pixels=args.max_pixels, importance=not args.no_importance)
+    try:
+        server = make_server(page, args.host, args.port, log=None if args.quiet else lambda line: print(line, file=sys.stderr))
+    except OSError as error:
+        raise UserError(f"cannot listen on {args.host}:{args.port}: {error.strerror or error} (choose another --port, or 0 for any free one)") from None
+    host, port = server.server_address[:2]
+    print(f"attnkit serve: this model {models.describe()}; open http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/ (Ctrl-C stops)", flush=True)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: listening on {host}: anyone who can reach this machine on port {port} can use the model", file=sys.stderr)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+    finally:
+        server.server_close()
+    return 0
