@@ -36,6 +36,9 @@ ROOT = Path(__file__).resolve().parents[3]  # the checkout: src/attnkit/commands
 
 SHOWN = 8  # test sentences printed
 SCENES_SHOWN = 4  # test scenes captioned and translated
+SCENES = 2000  # generated training scenes of the joint model
+SCENE_MINUTES = 4.0  # its training budget
+SCENE_OVERRIDES = ["train.epochs=8"]  # of tasks/configs/scenes_multitask.yaml (bench/demo_recipe.py measures others on validation scenes)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -44,7 +47,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--scenes-config", default=str(ROOT / "tasks/configs/scenes_multitask.yaml"))
     parser.add_argument("--scenes-set", dest="scenes_overrides", action="append", default=[], metavar="KEY=VALUE", help="override of the joint scene model's config")
-    parser.add_argument("--scenes", type=int, default=2000, help="generated training scenes of the joint model")
+    parser.add_argument("--scenes", type=int, default=SCENES, help="generated training scenes of the joint model")
     parser.add_argument("--evaluate", type=int, default=100, help="held-out scenes per split in the metrics")
     parser.add_argument("--no-progress", action="store_true")
     return parser
@@ -97,7 +100,7 @@ def scene_tour(args: argparse.Namespace, run_dir: Path) -> list[tuple[Path, str]
     """Steps 4-6: one decoder for images and sentences, trained jointly on generated scenes, and its attention compared."""
     scenes_dir = run_dir / "scenes"
     data = write_scene_dataset(scenes_dir / "data", {"train": args.scenes, "valid": max(10, args.scenes // 15)}, seed=0)
-    overrides = [f"data.path={data / 'captions'}", f"data.text_path={data / 'text'}", f"output_dir={scenes_dir}", "train.epochs=8", "train.max_minutes=4"]
+    overrides = [f"data.path={data / 'captions'}", f"data.text_path={data / 'text'}", f"output_dir={scenes_dir}", *SCENE_OVERRIDES, f"train.max_minutes={SCENE_MINUTES}"]
     config = load_config(args.scenes_config, [*overrides, *args.scenes_overrides])
     print(
         f"\n4/6 one decoder, two encoders: training on {args.scenes} generated scenes to caption them ({config.image_encoder.backbone}) "
