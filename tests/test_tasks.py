@@ -56,7 +56,7 @@ def test_translate_replace_unk_copies_the_source_word_the_attention_peaks_on(che
     target = Vocabulary(load_checkpoint(checkpoint).vocabularies["target"])
     attention = torch.tensor([[0.1, 0.8, 0.1], [0.7, 0.2, 0.1], [0.3, 0.3, 0.4]])  # (output steps incl. <eos>, source words)
     stub = Hypothesis([target.unk_index, target.index["A"]], -1.0, -2.0, attention, True)
-    monkeypatch.setattr(attnkit.translation, "search", lambda decoder, encoded, *args: [[stub] for _ in range(encoded.memory.size(0))])
+    monkeypatch.setattr(attnkit.translation, "search", lambda decoder, encoded, *args, **options: [[stub] for _ in range(encoded.memory.size(0))])
     assert run_cli(translate.main, ["--checkpoint", str(checkpoint), "a Zork b"]) == 0
     assert capsys.readouterr().out.split() == ["<unk>", "A"]
     assert run_cli(translate.main, ["--checkpoint", str(checkpoint), "--replace-unk", "a Zork b"]) == 0
