@@ -76,13 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     plans = {}
     for name, overrides in candidates.items():  # every candidate's config is checked before the first one trains
-        scenes = QUICK["scenes"] if args.quick else SCENES
-        kept = []
-        for override in overrides:
-            if override.startswith("scenes="):
-                scenes = int(override.partition("=")[2]) if not args.quick else scenes
-            else:
-                kept.append(override)
+        scenes = next((int(o.partition("=")[2]) for o in overrides if o.startswith("scenes=")), SCENES)
+        scenes = QUICK["scenes"] if args.quick else scenes
+        kept = [override for override in overrides if not override.startswith("scenes=")]
         data = out / f"data-{scenes}"
         run = out / folder_name(name)
         base = [f"data.path={data / 'captions'}", f"data.text_path={data / 'text'}", f"output_dir={run}", *SCENE_OVERRIDES, f"train.max_minutes={minutes}"]

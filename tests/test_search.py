@@ -205,7 +205,7 @@ def test_never_keeps_pad_and_bos_out_of_every_output_so_each_attention_row_has_i
     with torch.no_grad():
         model.decoder.output.bias[Vocabulary.pad_index] += 100.0  # <pad> first at every step
     encoded = model.encode(pad_sequences(SOURCES))
-    found = search(model.decoder, encoded, BOS, EOS, SearchConfig(beam_size=beam, max_length_offset=6), never=(Vocabulary.pad_index, BOS))
+    found = search(model.decoder, encoded, BOS, EOS, SearchConfig(beam_size=beam, max_length_offset=6), never=Vocabulary.never_output)
     for best, *_ in found:
         assert not {Vocabulary.pad_index, BOS} & set(best.tokens)
         assert best.attention.shape[0] == len(vocab.decode(best.tokens)) + best.finished

@@ -201,7 +201,7 @@ class Captioner:
                         results[i] = self.caption([images[i]], beam_size, 1, n_best)[0]
                 continue
             with autocast(self.device, self.precision):
-                found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam_size, n_best, never=(vocab.pad_index, vocab.bos_index))
+                found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam_size, n_best, never=vocab.never_output)
             grid = (encoded.layout.height, encoded.layout.width)
             for i, hypotheses in zip(chunk, found):
                 results[i] = [self._caption(_name(images[i], i), h, grid) for h in hypotheses]

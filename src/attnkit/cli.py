@@ -46,6 +46,17 @@ positive_int = int_in_range(1)
 non_negative_int = int_in_range(0)
 
 
+def positive_number(text: str) -> float:
+    """An argparse ``type=``: a number greater than 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
 # ---------------------------------------------------------------- search options
 
 

@@ -186,7 +186,7 @@ class TryPage:
             if sentence:
                 ((translation, *_),) = self.models.translator.translate([sentence])
                 if translation.error:
-                    raise BadRequest(f"the sentence: {translation.error}", 400)
+                    raise BadRequest(f"the sentence: {translation.error}")
                 cut = f" (the sentence was cut to the first {len(translation.source_words)} words the model reads)" if translation.truncated else ""
                 lines.append(f'<p class="result"><b>translation</b>: <span id="translation">{escape(translation.text)}</span>{escape(cut)}</p>')
                 figures.append(draw_translation_attention(translation, Path(folder) / "translation.png"))

@@ -207,7 +207,7 @@ class Translator:
             vocab = self.pipeline.target_vocab
             with autocast(self.device, self.precision):  # as validation decodes, so test and validation scores compare
                 encoded = self.encode_words([prepared[i][0] for i in chunk])
-                found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam, n_best, never=(vocab.pad_index, vocab.bos_index))
+                found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam, n_best, never=vocab.never_output)
             for i, hypotheses in zip(chunk, found):
                 words, truncated = prepared[i]
                 results[i] = [self._translation(sentences[i], words, truncated, h, replace_unknown) for h in hypotheses]

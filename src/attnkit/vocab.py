@@ -24,6 +24,7 @@ SPECIALS = (PAD, UNK, BOS, EOS)
 
 class Vocabulary:
     pad_index, unk_index, bos_index, eos_index = range(4)
+    never_output = (pad_index, bos_index)  # ids decode() drops, so search never emits them (an output word per attention row)
 
     def __init__(self, words: Sequence[str]):
         if tuple(words[: len(SPECIALS)]) != SPECIALS:
@@ -60,7 +61,7 @@ class Vocabulary:
         for i in ids:
             if i == self.eos_index:
                 break
-            if i not in (self.bos_index, self.pad_index):
+            if i not in self.never_output:
                 words.append(self.words[i])
         return words
 

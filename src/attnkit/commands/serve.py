@@ -17,19 +17,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from attnkit.cli import int_in_range
+from attnkit.cli import int_in_range, positive_number
 from attnkit.data.images import MAX_PIXELS
 from attnkit.errors import UserError
-
-
-def positive_number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
-    return value
 
 
 def get_args_parser() -> argparse.ArgumentParser:
