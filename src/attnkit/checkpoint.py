@@ -37,7 +37,7 @@ FORMAT = "attnkit-checkpoint"
 FORMAT_VERSION = 2  # 2: every model keeps its encoders by kind (encoders.text.*, encoders.image.*); 1 still reads
 ENCODER_OF_FORMAT_1 = {"translation": "text", "captioning": "image"}  # a format-1 single-task model's one encoder (encoder.*)
 
-VOCABULARIES = {"translation": ("source", "target"), "captioning": ("target",), "multitask": ("source", "target")}  # what each task's model needs
+VOCABULARIES = {"translation": ("source", "target"), "captioning": ("target",), "multitask": ("source", "target"), "pretrain": ("source", "target")}  # what each task's model needs
 TRAINING = {"progress": dict, "optimizer": dict, "scheduler": dict}  # what Trainer.restore reads (scaler, history: optional)
 
 

@@ -31,7 +31,7 @@ from attnkit.files import write_text_atomic
 # The valid names of the choice fields that only configuration and data handling use. The names of what a
 # model is built from (cells, decoder styles, attention scores, image backbones, ...) live beside the code
 # that builds them, each listed once, and reach the rules below through `registered` (see there).
-TASKS = ("translation", "captioning", "multitask")
+TASKS = ("translation", "captioning", "multitask", "pretrain")
 SUBWORD_TOKENIZER = "sentencepiece"
 TOKENIZERS = ("moses", "nltk", "space", SUBWORD_TOKENIZER)
 SUBWORD_ALGORITHMS = ("unigram", "bpe")
@@ -299,7 +299,7 @@ class SearchConfig(_Checked):
 @dataclass(frozen=True)
 class ExperimentConfig(_Checked):
     name: str = checked("experiment", NOT_EMPTY)
-    task: str = checked("translation", one_of(*TASKS, what="task"))  # translation | captioning | multitask (one decoder, an image and a text encoder)
+    task: str = checked("translation", one_of(*TASKS, what="task"))  # translation | captioning | multitask (one decoder, an image and a text encoder) | pretrain (masked-LM pre-training of a Transformer text encoder)
     output_dir: str = ""  # empty: runs/<name>
     data: DataConfig = field(default_factory=DataConfig)
     text_encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)  # task translation

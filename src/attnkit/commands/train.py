@@ -3,6 +3,7 @@
     attnkit train --config tasks/configs/multi30k_de_en.yaml [--set train.epochs=10 ...]
     attnkit train --config tasks/configs/flickr8k.yaml
     attnkit train --config tasks/configs/scenes_multitask.yaml     # one decoder, both tasks
+    attnkit train --config tasks/configs/tiny_pretrain.yaml        # masked-LM pre-training of a Transformer text encoder
     attnkit train --resume runs/multi30k_de_en/last.pt [--set train.epochs=20]
 
 Checkpoints (best.pt, last.pt), the resolved config.yaml and log.jsonl (one
@@ -24,6 +25,7 @@ from attnkit.config import ExperimentConfig, apply_overrides, from_dict, load_co
 from attnkit.distributed import Distributed
 from attnkit.errors import UserError
 from attnkit.multitask import TASK as MULTITASK, train_multitask
+from attnkit.pretraining import TASK as PRETRAIN, train_pretraining
 from attnkit.translation import TASK as TRANSLATION, train_translation
 
 
@@ -54,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(args.config, args.overrides)
     else:
         raise UserError("give --config tasks/configs/NAME.yaml for a new run or --resume CHECKPOINT to continue one")
-    trainers = {TRANSLATION: train_translation, CAPTIONING: train_captioning, MULTITASK: train_multitask}
+    trainers = {TRANSLATION: train_translation, CAPTIONING: train_captioning, MULTITASK: train_multitask, PRETRAIN: train_pretraining}
     if config.task not in trainers:
         raise UserError(f"unknown task '{config.task}'; available: {', '.join(trainers)}")
     progress = trainers[config.task](config, resume=resume, overwrite=args.overwrite, progress_bar=not args.no_progress)

@@ -1,0 +1,193 @@
+"""Masked-language-model pre-training of the Transformer text encoder (BERT, Devlin et al. 2019).
+
+``task: pretrain`` trains the text encoder of a translation recipe, with an output head of its own, to
+predict masked pieces of the *source side* of the recipe's training split: 15 % of the real, ordinary
+pieces of each sentence are chosen; of those, 80 % are replaced by a mask piece, 10 % by a random
+ordinary piece, 10 % are kept; the loss is the cross-entropy of the chosen pieces alone. Validation
+masks the validation sources the same way with a fixed generator (the same pieces every epoch) and
+reports masked-piece accuracy (the score) and perplexity.
+
+The vocabularies are built exactly as the translation task builds them from the same ``data`` settings,
+so a translator of the same recipe can start from the encoder (``text_encoder.init_from``). The mask
+piece is the source vocabulary's ``<bos>``: a source sentence never holds one (sources are encoded
+without specials), so its embedding row is free, and the vocabulary stays the translator's.
+
+It runs through the one recipe path (:func:`attnkit.train.train_recipe`): the same run folder,
+``--resume``, DDP and checkpoint rules as every other task.
+
+Legend: B batch, S source length, M model size, V source vocabulary, N chosen pieces in a batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from attnkit.checkpoint import Checkpoint
+from attnkit.config import ExperimentConfig
+from attnkit.data.batching import Batch, pad_sequences
+from attnkit.data.text import read_parallel, resolve_languages
+from attnkit.encoders.text import TransformerTextEncoder, build_text_encoder
+from attnkit.errors import UserError
+from attnkit.interfaces import PaddedTokens
+from attnkit.losses import LossOutput
+from attnkit.model import describe_parameters
+from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
+from attnkit.translation import TextPipeline, describe_subwords
+from attnkit.vocab import SPECIALS, Vocabulary
+
+TASK = "pretrain"
+MASK_ID = Vocabulary.bos_index  # the mask piece (module docstring: a source never holds <bos>)
+FIRST_ORDINARY = len(SPECIALS)  # ids below it are specials: never chosen, never drawn as a random piece
+
+
+@dataclass(frozen=True)
+class Masking:
+    """BERT's scheme: ``rate`` of the ordinary pieces chosen; of those, ``replace`` become the mask piece,
+    ``random`` a random ordinary piece, and the rest stay as they are."""
+
+    rate: float = 0.15
+    replace: float = 0.8
+    random: float = 0.1
+
+    def __call__(self, source: PaddedTokens, vocab_size: int, generator: torch.Generator | None = None) -> tuple[PaddedTokens, Tensor]:
+        """-> (the masked source, chosen (B, S) bool). Padding and special pieces are never chosen. With
+        ``generator`` (on the ids' device) the draw is reproducible; without, it follows the global generator."""
+        ids = source.ids  # (B, S)
+        ordinary = ids >= FIRST_ORDINARY  # (B, S); padding (id 0) is special too
+        draw = lambda: torch.rand(ids.shape, device=ids.device, generator=generator)  # noqa: E731
+        chosen = ordinary & (draw() < self.rate)  # (B, S)
+        action = draw()  # (B, S) one draw decides mask / random / keep
+        to_mask = chosen & (action < self.replace)
+        to_random = chosen & (action >= self.replace) & (action < self.replace + self.random)
+        random_ids = torch.randint(FIRST_ORDINARY, vocab_size, ids.shape, device=ids.device, generator=generator)  # (B, S)
+        masked = torch.where(to_mask, torch.full_like(ids, MASK_ID), torch.where(to_random, random_ids, ids))
+        return PaddedTokens(masked, source.lengths, source.host_lengths), chosen
+
+
+class MaskedLanguageModel(nn.Module):
+    """The Transformer text encoder and BERT's output head: a dense layer, GELU, layer norm, then the
+    encoder's own embedding matrix (tied) and a bias over the source vocabulary."""
+
+    def __init__(self, encoder: TransformerTextEncoder, vocab_size: int):
+        super().__init__()
+        self.encoder = encoder
+        size = encoder.output_size
+        self.transform = nn.Sequential(nn.Linear(size, size), nn.GELU(), nn.LayerNorm(size))
+        self.output_bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def forward(self, source: PaddedTokens, chosen: Tensor) -> Tensor:
+        """Logits of the ``chosen`` (B, S) positions -> (N, V), in row-major order of ``chosen``."""
+        memory = self.encoder(source).memory  # (B, S, M)
+        hidden = self.transform(memory[chosen])  # (N, M)
+        return F.linear(hidden, self.encoder.embedding.weight, self.output_bias)  # (N, V)
+
+
+@dataclass(frozen=True)
+class MaskedLanguageObjective:
+    """``objective(model, batch)`` for the trainer: mask the batch's sources, predict the chosen pieces."""
+
+    vocab_size: int
+    masking: Masking = Masking()
+
+    def __call__(self, model: nn.Module, batch: Batch) -> LossOutput:
+        masked, chosen = self.masking(batch.source, self.vocab_size)
+        logits = model(masked, chosen)  # (N, V): through the DDP wrapper when there is one
+        answers = batch.source.ids[chosen]  # (N,)
+        nll_sum = F.cross_entropy(logits.float(), answers, reduction="sum")
+        tokens = chosen.sum()
+        examples = torch.full((), batch.source.ids.shape[0], device=answers.device)
+        return LossOutput(nll_sum, tokens, nll_sum.new_zeros(()), examples, nll_sum.detach())
+
+
+class SentenceDataset(torch.utils.data.Dataset):
+    """Encoded source sentences (no specials); batches are bucketed by length."""
+
+    def __init__(self, ids: Sequence[Sequence[int]]):
+        self.ids = list(ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index: int) -> tuple[int, Sequence[int]]:
+        return index, self.ids[index]
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(sentence) for sentence in self.ids]
+
+
+def collate_sentences(examples: Sequence[tuple[int, Sequence[int]]]) -> Batch:
+    index, sentences = zip(*examples)
+    return Batch(pad_sequences(sentences), None, torch.tensor(index))  # (B, S)
+
+
+def encode_sources(pipeline: TextPipeline, sentences: Sequence[str], max_length: int) -> SentenceDataset:
+    """The sentences as source ids; empty ones skipped, long ones cut to ``max_length`` pieces."""
+    encoded = (pipeline.source_vocab.encode(pipeline.source_tokenizer.tokenize(sentence))[:max_length] for sentence in sentences)
+    return SentenceDataset([ids for ids in encoded if ids])
+
+
+def masked_language_scores(model: MaskedLanguageModel, dataset: SentenceDataset, vocab_size: int, seed: int, batch_size: int = 128) -> dict[str, float]:
+    """Masked-piece accuracy (%) and perplexity on ``dataset``, masked by a generator seeded with ``seed``
+    (the same pieces every call)."""
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(seed)
+    masking = Masking()
+    correct = chosen_total = 0
+    nll = 0.0
+    for start in range(0, len(dataset), batch_size):
+        source = collate_sentences([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]).source
+        masked, chosen = masking(source, vocab_size, generator)  # drawn on the CPU: the same on any device
+        logits = model(masked.to(device), chosen.to(device)).float()  # (N, V)
+        answers = source.ids[chosen].to(device)  # (N,)
+        nll += F.cross_entropy(logits, answers, reduction="sum").item()
+        correct += (logits.argmax(-1) == answers).sum().item()
+        chosen_total += int(chosen.sum())
+    if chosen_total == 0:
+        raise UserError("the validation sentences are too few or too short to mask any piece")
+    return {"accuracy": round(100.0 * correct / chosen_total, 2), "perplexity": round(math.exp(min(nll / chosen_total, 50.0)), 3)}
+
+
+def prepare_pretraining(config: ExperimentConfig, resume: Checkpoint | None, context: RunContext) -> TaskSetup:
+    """The pre-training task's data (the source side of the recipe's pairs), model and validation."""
+    if config.text_encoder.family != "transformer":
+        raise UserError("task pretrain trains a Transformer text encoder: set text_encoder.family: transformer")
+    source_lang, target_lang = resolve_languages(config.data.path, config.data.source_lang, config.data.target_lang)
+    config = replace(config, data=replace(config.data, source_lang=source_lang, target_lang=target_lang))
+    train_pairs = read_parallel(config.data.path, "train", source_lang, target_lang)
+    valid_pairs = validation_subset(read_parallel(config.data.path, "valid", source_lang, target_lang), config.train)
+    # Built as the translation task builds it, so that a translator of the same data settings shares the vocabulary.
+    pipeline = TextPipeline.from_checkpoint(resume) if resume is not None else TextPipeline.build(config, train_pairs, source_lang, target_lang)
+    vocab_size = len(pipeline.source_vocab)
+    longest = config.data.max_source_length  # within learned positions' reach: the config checks that
+    dataset = encode_sources(pipeline, [source for source, _ in train_pairs], longest)
+    valid = encode_sources(pipeline, [source for source, _ in valid_pairs], longest)
+    encoder = build_text_encoder(config.text_encoder, vocab_size, pad_index=pipeline.source_vocab.pad_index)
+    model = MaskedLanguageModel(encoder, vocab_size)
+
+    def validate(trained: nn.Module) -> dict:
+        scores = masked_language_scores(trained, valid, vocab_size, seed=config.train.seed)
+        return {**scores, "score": scores["accuracy"]}
+
+    notes = [
+        f"pretrain: masked pieces of {len(dataset)} {source_lang} training sentences (of {len(train_pairs)}), {len(valid)} validation; "
+        f"vocabulary {vocab_size}{describe_subwords(config.data.tokenizer)}",
+        describe_parameters(model),
+    ]
+    return TaskSetup(
+        config, model, MaskedLanguageObjective(vocab_size), dataset, collate_sentences, validate, pipeline.vocabularies,
+        subword_models=pipeline.subword_models, validation_examples=len(valid), notes=notes,
+    )  # fmt: skip
+
+
+def train_pretraining(
+    config: ExperimentConfig, resume: Checkpoint | None = None, overwrite: bool = False, progress_bar: bool = True, log=print
+) -> TrainingProgress:
+    """Pre-train (or continue pre-training) the Transformer text encoder as ``config`` says."""
+    return train_recipe(config, TASK, prepare_pretraining, resume, overwrite, progress_bar, log)

@@ -1,0 +1,87 @@
+"""Masked-language-model pre-training: BERT's masking on a hand-made batch, and the task end to end."""
+
+import json
+
+import pytest
+import torch
+
+from attnkit.checkpoint import load_checkpoint
+from attnkit.commands import evaluate, train
+from attnkit.errors import run_cli
+from attnkit.interfaces import PaddedTokens
+from attnkit.pretraining import FIRST_ORDINARY, MASK_ID, Masking
+from attnkit.vocab import Vocabulary
+
+VOCAB_SIZE = 1000
+
+
+def hand_made_batch() -> PaddedTokens:
+    """Three sentences of ordinary pieces with specials among them (<unk>, <eos>) and padding at the end."""
+    unk, eos = Vocabulary.unk_index, Vocabulary.eos_index
+    rows = [
+        [10, 11, 12, unk, 13, 14, 15, 16, 17, 18],
+        [20, eos, 21, 22, 23, 0, 0, 0, 0, 0],
+        [30, 31, unk, 32, 0, 0, 0, 0, 0, 0],
+    ]
+    return PaddedTokens(torch.tensor(rows), torch.tensor([10, 5, 4]))
+
+
+def test_masking_keeps_berts_proportions_and_never_touches_padding_or_special_pieces():
+    source = hand_made_batch()
+    ids = source.ids
+    ordinary = ids >= FIRST_ORDINARY
+    generator = torch.Generator().manual_seed(0)
+    chosen_count = masked = randomised = kept = 0
+    draws = 4000
+    for _ in range(draws):
+        out, chosen = Masking()(source, VOCAB_SIZE, generator)
+        assert not chosen[~ordinary].any()  # padding and specials are never chosen ...
+        assert torch.equal(out.ids[~chosen], ids[~chosen])  # ... and nothing else changes
+        assert torch.equal(out.lengths, source.lengths)
+        picked, original = out.ids[chosen], ids[chosen]
+        chosen_count += int(chosen.sum())
+        masked += int((picked == MASK_ID).sum())
+        replaced = (picked != MASK_ID) & (picked != original)
+        assert (picked[replaced] >= FIRST_ORDINARY).all()  # a random piece is an ordinary one
+        randomised += int(replaced.sum())
+        kept += int((picked == original).sum())
+    assert chosen_count / (draws * int(ordinary.sum())) == pytest.approx(0.15, abs=0.005)
+    assert masked / chosen_count == pytest.approx(0.8, abs=0.01)
+    assert randomised / chosen_count == pytest.approx(0.1, abs=0.01)  # a random draw equal to the original counts as kept (1 in 996)
+    assert kept / chosen_count == pytest.approx(0.1, abs=0.01)
+
+
+def test_masking_with_a_seeded_generator_repeats_itself():
+    source = hand_made_batch()
+    first = Masking()(source, VOCAB_SIZE, torch.Generator().manual_seed(3))
+    again = Masking()(source, VOCAB_SIZE, torch.Generator().manual_seed(3))
+    assert torch.equal(first[0].ids, again[0].ids) and torch.equal(first[1], again[1])
+
+
+@pytest.fixture(autouse=True)
+def project_root(monkeypatch):
+    from conftest import ROOT
+
+    monkeypatch.chdir(ROOT)
+
+
+def test_the_tiny_pretrain_recipe_trains_resumes_and_is_refused_where_a_translator_is_needed(toy_data, tmp_path, capsys):
+    run_dir = tmp_path / "pretrain"
+    argv = ["--config", "tasks/configs/tiny_pretrain.yaml", "--no-progress", "--set", f"data.path={toy_data}", "--set", f"output_dir={run_dir}", "--set", "train.epochs=1"]
+    assert run_cli(train.main, argv) == 0
+    records = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    assert set(records[0]["valid"]) == {"accuracy", "perplexity", "score"} and 0 <= records[0]["valid"]["accuracy"] <= 100
+    checkpoint = load_checkpoint(run_dir / "best.pt")
+    assert checkpoint.task == "pretrain" and any(key.startswith("encoder.layers") for key in checkpoint.model)
+    assert run_cli(train.main, ["--resume", str(run_dir / "last.pt"), "--no-progress", "--set", "train.epochs=2"]) == 0
+    assert [json.loads(line)["epoch"] for line in (run_dir / "log.jsonl").read_text().splitlines()] == [1, 2]
+    capsys.readouterr()
+    assert run_cli(evaluate.main, ["--checkpoint", str(run_dir / "best.pt"), "--split", "test"]) == 2
+    assert "'pretrain' checkpoint" in capsys.readouterr().err
+
+
+def test_pretraining_an_rnn_encoder_is_refused_with_the_reason(toy_data, tmp_path, capsys):
+    argv = ["--config", "tasks/configs/tiny.yaml", "--no-progress", "--set", "task=pretrain", "--set", f"data.path={toy_data}", "--set", f"output_dir={tmp_path / 'run'}"]
+    assert run_cli(train.main, argv) == 2
+    assert "text_encoder.family: transformer" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "last.pt").exists()
