@@ -36,3 +36,17 @@ def test_without_a_warm_up_the_configured_rate_holds_from_the_first_step():
     optimizer, schedule = _schedule()
     schedule.before_step(0)
     assert [g["lr"] for g in optimizer.param_groups] == [0.1, 0.01]
+
+
+def test_a_frozen_group_has_no_rate_until_it_thaws_then_the_share_the_plateaus_left_the_others():
+    encoder, rest = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.Adam([{"params": [encoder], "frozen_steps": 3}, {"params": [rest]}], lr=0.1)
+    schedule = LearningRateSchedule(optimizer, TrainConfig(lr=0.1, lr_patience=0, lr_factor=0.5))
+    rates = []
+    for step in range(5):
+        schedule.before_step(step)
+        rates += [group["lr"] for group in optimizer.param_groups]
+        if step == 1:  # two validations, the second no better: the plateau halves the free group (the frozen one stays 0)
+            schedule.after_validation(1.0, step)
+            schedule.after_validation(0.5, step)
+    assert rates == pytest.approx([0.0, 0.1, 0.0, 0.1, 0.0, 0.05, 0.05, 0.05, 0.05, 0.05])

@@ -85,3 +85,61 @@ def test_pretraining_an_rnn_encoder_is_refused_with_the_reason(toy_data, tmp_pat
     assert run_cli(train.main, argv) == 2
     assert "text_encoder.family: transformer" in capsys.readouterr().err
     assert not (tmp_path / "run" / "last.pt").exists()
+
+
+@pytest.fixture(scope="module")
+def pretrained(toy_data, tmp_path_factory):
+    """A pre-trained tiny encoder (tiny_pretrain.yaml on the toy data) -> its best.pt."""
+    from conftest import ROOT
+
+    run_dir = tmp_path_factory.mktemp("pretrained")
+    argv = ["--config", str(ROOT / "tasks/configs/tiny_pretrain.yaml"), "--no-progress", "--set", f"data.path={toy_data}", "--set", f"output_dir={run_dir}", "--set", "train.epochs=1"]
+    assert run_cli(train.main, argv) == 0
+    return run_dir / "best.pt"
+
+
+def translator_argv(toy_data, run_dir, *overrides):
+    settings = [f"data.path={toy_data}", f"output_dir={run_dir}", "train.epochs=1", *overrides]
+    return ["--config", "tasks/configs/tiny_transformer.yaml", "--no-progress", *(a for o in settings for a in ("--set", o))]
+
+
+def test_a_translator_starts_from_the_pretrained_encoder_and_holds_it_still_while_frozen(pretrained, toy_data, tmp_path, capsys):
+    run_dir = tmp_path / "translator"
+    assert run_cli(train.main, translator_argv(toy_data, run_dir, f"text_encoder.init_from={pretrained}", "text_encoder.frozen_steps=1000000")) == 0
+    assert f"text encoder from {pretrained}" in capsys.readouterr().out
+    encoder = {name: w for name, w in load_checkpoint(pretrained).model.items() if name.startswith("encoder.")}
+    trained = load_checkpoint(run_dir / "last.pt").model
+    assert all(torch.equal(trained[name.replace("encoder.", "encoders.text.", 1)], w) for name, w in encoder.items())  # held still all along
+    fresh = tmp_path / "thawed"
+    assert run_cli(train.main, translator_argv(toy_data, fresh, f"text_encoder.init_from={pretrained}")) == 0
+    thawed = load_checkpoint(fresh / "last.pt").model
+    assert not all(torch.equal(thawed[name.replace("encoder.", "encoders.text.", 1)], w) for name, w in encoder.items())  # it trains on
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["data.max_vocab=4"], "another source vocabulary"),
+        (["text_encoder.num_layers=1"], "holds another encoder: text_encoder.num_layers 2 there, 1 here"),
+        (["text_encoder.init_from=nowhere/best.pt"], "does not exist"),
+        (["task=captioning"], "starts a translator (task translation)"),
+    ],
+)
+def test_a_pretrained_encoder_that_does_not_fit_is_refused_with_the_reason(pretrained, toy_data, tmp_path, capsys, overrides, message):
+    run_dir = tmp_path / "translator"
+    assert run_cli(train.main, translator_argv(toy_data, run_dir, f"text_encoder.init_from={pretrained}", *overrides)) == 2
+    assert message in capsys.readouterr().err
+    assert not run_dir.exists() or not any(run_dir.iterdir())
+
+
+def test_a_checkpoint_of_another_task_is_refused_as_a_pretrained_encoder(toy_data, tmp_path, capsys):
+    translator = tmp_path / "translator"
+    assert run_cli(train.main, translator_argv(toy_data, translator)) == 0
+    capsys.readouterr()
+    assert run_cli(train.main, translator_argv(toy_data, tmp_path / "second", f"text_encoder.init_from={translator / 'best.pt'}")) == 2
+    assert "'translation' checkpoint, but this command needs a 'pretrain' checkpoint" in capsys.readouterr().err
+
+
+def test_frozen_steps_need_a_pretrained_encoder(toy_data, tmp_path, capsys):
+    assert run_cli(train.main, translator_argv(toy_data, tmp_path / "run", "text_encoder.frozen_steps=5")) == 2
+    assert "set text_encoder.init_from too" in capsys.readouterr().err

@@ -161,6 +161,8 @@ class TextEncoderConfig(_Checked):
     feedforward_size: int = checked(2048, at_least(1))  # transformer: the feed-forward layer's inner size
     positions: str = checked("sinusoidal", registered("attnkit.encoders.text", "POSITIONS", what="position code"))  # transformer: sinusoidal | learned (max_positions of them)
     max_positions: int = checked(256, at_least(1))  # transformer with learned positions: the longest source it can read
+    init_from: str = ""  # task translation: a pretrain checkpoint (task: pretrain) whose encoder weights this encoder starts from; same data and tokenizer settings, same sizes
+    frozen_steps: int = checked(0, at_least(0))  # with init_from: the loaded encoder stays as it is for this many optimizer steps (its learning rate 0), then trains
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -322,6 +324,10 @@ class ExperimentConfig(_Checked):
             raise UserError("config key data.mosaic_share: mosaics are made of training photos (task captioning or multitask); task translation has none")
         if self.data.mosaic_share > 0 and self.train.attention_supervision > 0:
             raise UserError("config key data.mosaic_share cannot go with train.attention_supervision: the gold cells are those of one photo's grid, not a mosaic's")
+        if text.init_from and self.task != "translation":
+            raise UserError(f"config key text_encoder.init_from: a pre-trained encoder starts a translator (task translation), not task {self.task}")
+        if text.frozen_steps and not text.init_from:
+            raise UserError("config key text_encoder.frozen_steps: it holds a pre-trained encoder still; set text_encoder.init_from too")
         if self.decoder.family == "transformer" and self.train.teacher_forcing < 1:
             raise UserError("config key train.teacher_forcing: scheduled sampling belongs to the rnn decoder family (a transformer decoder trains on the gold prefix in parallel)")
 

@@ -23,13 +23,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from attnkit.checkpoint import Checkpoint
-from attnkit.config import ExperimentConfig
+from attnkit.checkpoint import Checkpoint, load_checkpoint
+from attnkit.config import ExperimentConfig, from_dict
 from attnkit.data.batching import Batch, pad_sequences
 from attnkit.data.text import read_parallel, resolve_languages
 from attnkit.encoders.text import TransformerTextEncoder, build_text_encoder
@@ -184,6 +185,44 @@ def prepare_pretraining(config: ExperimentConfig, resume: Checkpoint | None, con
         config, model, MaskedLanguageObjective(vocab_size), dataset, collate_sentences, validate, pipeline.vocabularies,
         subword_models=pipeline.subword_models, validation_examples=len(valid), notes=notes,
     )  # fmt: skip
+
+
+ENCODER_SHAPE = ("family", "hidden_size", "num_layers", "heads", "feedforward_size", "positions", "max_positions")  # what the weights' shapes follow
+
+
+def start_from_pretrained(encoder: nn.Module, config: ExperimentConfig, source_vocab: Vocabulary) -> str:
+    """Load ``text_encoder.init_from``'s encoder weights into ``encoder`` (a translator's, built from ``config``
+    with ``source_vocab``) -> a line for the log. A missing file, a checkpoint of another task, an encoder of
+    other sizes and a vocabulary that differs are each refused with the reason."""
+    path = config.text_encoder.init_from
+    option = f"config key text_encoder.init_from: {path}"
+    if not Path(path).is_file():
+        raise UserError(f"{option} does not exist (a pre-training run's best.pt: attnkit train --config a recipe with task: pretrain)")
+    try:
+        checkpoint = load_checkpoint(path, task=TASK)
+    except UserError as error:
+        raise UserError(f"config key text_encoder.init_from: {error}") from None
+    pretrained = from_dict(ExperimentConfig, checkpoint.config).text_encoder
+    differing = [f"{key} {getattr(pretrained, key)} there, {getattr(config.text_encoder, key)} here" for key in ENCODER_SHAPE if getattr(pretrained, key) != getattr(config.text_encoder, key)]
+    if differing:
+        raise UserError(f"{option} holds another encoder: text_encoder.{'; '.join(differing)}")
+    theirs, ours = checkpoint.vocabularies["source"], source_vocab.to_list()
+    if theirs != ours:
+        first = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
+        at = lambda words: repr(words[first]) if first < len(words) else "nothing"  # noqa: E731
+        raise UserError(
+            f"{option} was pre-trained on another source vocabulary ({len(theirs)} pieces there, {len(ours)} here; "
+            f"piece {first} is {at(theirs)} there and {at(ours)} here): pre-train with this recipe's data.path and data.tokenizer settings"
+        )
+    prefix = "encoder."
+    weights = {name[len(prefix):]: tensor for name, tensor in checkpoint.model.items() if name.startswith(prefix)}
+    try:
+        encoder.load_state_dict(weights)
+    except RuntimeError as error:
+        raise UserError(f"{option}: its encoder weights do not fit ({str(error).splitlines()[0]}); the file is damaged or from another version") from None
+    epoch = checkpoint.training.get("progress", {}).get("epoch", "?") if checkpoint.training else "?"
+    frozen = config.text_encoder.frozen_steps
+    return f"text encoder from {path} (pre-trained for {epoch} epochs)" + (f", held still for the first {frozen} steps" if frozen else "")
 
 
 def train_pretraining(

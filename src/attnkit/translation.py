@@ -333,12 +333,18 @@ def prepare_translation(config: ExperimentConfig, resume: Checkpoint | None, con
     pipeline = TextPipeline.from_checkpoint(resume) if resume is not None else TextPipeline.build(config, train_pairs, source_lang, target_lang)
     dataset = translation_training_set(config, pipeline, train_pairs, config.data.path)
     model = build_translation_model(config, pipeline.source_vocab, pipeline.target_vocab)
+    started_from = []
+    if config.text_encoder.init_from and resume is None:  # a resumed run's encoder is in its checkpoint
+        from attnkit.pretraining import start_from_pretrained  # it builds on this module
+
+        started_from.append(start_from_pretrained(model.encoder_for("text"), config, pipeline.source_vocab))
 
     def validate(trained: nn.Module) -> dict:
         metrics = translation_validation(trained, pipeline, config, valid_pairs)
         return {**metrics, "score": metrics["bleu"]}
 
     notes = [
+        *started_from,
         f"{source_lang}->{target_lang}: {len(dataset)} training pairs (of {len(train_pairs)}), {len(valid_pairs)} validation; "
         f"vocabulary {len(pipeline.source_vocab)} / {len(pipeline.target_vocab)}{describe_subwords(config.data.tokenizer)}",
         *describe_gold(dataset.gold, "training pairs"),
@@ -347,10 +353,21 @@ def prepare_translation(config: ExperimentConfig, resume: Checkpoint | None, con
     objective = Seq2SeqObjective.from_config(config.train, pipeline.target_vocab.pad_index)
     collate = partial(collate_pairs, gold=dataset.gold)
     return TaskSetup(
-        config, model, objective, dataset, collate, validate, pipeline.vocabularies,
+        config, model, objective, dataset, collate, validate, pipeline.vocabularies, frozen_encoder_groups(model, config),
         subword_models=pipeline.subword_models, validation_examples=len(valid_pairs), notes=notes,
         draw_attention=translation_attention_drawer(pipeline, config, valid_pairs[0][0]) if valid_pairs else None,
     )  # fmt: skip
+
+
+def frozen_encoder_groups(model: EncoderDecoder, config: ExperimentConfig) -> list[dict] | None:
+    """Adam's groups when ``text_encoder.frozen_steps`` holds the text encoder still at first (its group's rate is 0
+    for that many steps: :class:`attnkit.optim.LearningRateSchedule`); None (one group) otherwise."""
+    steps = config.text_encoder.frozen_steps
+    if not steps:
+        return None
+    encoder = list(model.encoder_for("text").parameters())
+    held = {id(p) for p in encoder}
+    return [{"params": encoder, "frozen_steps": steps}, {"params": [p for p in model.parameters() if id(p) not in held]}]
 
 
 def train_translation(
