@@ -143,3 +143,26 @@ def test_a_checkpoint_of_another_task_is_refused_as_a_pretrained_encoder(toy_dat
 def test_frozen_steps_need_a_pretrained_encoder(toy_data, tmp_path, capsys):
     assert run_cli(train.main, translator_argv(toy_data, tmp_path / "run", "text_encoder.frozen_steps=5")) == 2
     assert "set text_encoder.init_from too" in capsys.readouterr().err
+
+
+def test_head_statistics_read_what_a_hand_made_head_looks_at():
+    from attnkit.analysis import HeadStatistics, is_punctuation
+
+    lengths = torch.tensor([4, 3])
+    previous = torch.zeros(2, 4, 4)  # head 1: each word on the one before (the first on itself)
+    for i in range(4):
+        previous[:, i, max(i - 1, 0)] = 1.0
+    uniform = torch.zeros(2, 4, 4)  # head 2: evenly over the sentence's real words
+    uniform[0] = 1 / 4
+    uniform[1, :, :3] = 1 / 3
+    maps = [torch.stack([previous, uniform], dim=1)]  # one layer, (B, h, S, S)
+    punctuation = torch.tensor([[False, False, False, True], [False, False, False, False]])  # "a b c ." and "a b c"
+    statistics = HeadStatistics()
+    statistics.add(maps, lengths, punctuation)
+    means = statistics.means()
+    assert means["previous"][0][0] == 1.0 and means["self"][0][0] == pytest.approx(2 / 7, abs=1e-4)  # 2 first words of 7 attend to themselves
+    assert means["next"][0][0] == 0.0 and means["peak"][0][0] == 1.0 and means["effective_positions"][0][0] == pytest.approx(1.0, abs=1e-4)
+    assert means["normalised_entropy"][0][1] == pytest.approx(1.0, abs=1e-4)  # uniform over each sentence's words
+    assert means["previous"][0][1] == pytest.approx((3 * 1 / 4 + 2 * 1 / 3) / 5, abs=1e-4)
+    assert means["punctuation"][0][1] == pytest.approx(1 / 4, abs=1e-4)  # counted over the sentence that has punctuation
+    assert is_punctuation(".") and is_punctuation("\u2581,") and not is_punctuation("\u2581") and not is_punctuation("l'")

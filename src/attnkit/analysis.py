@@ -19,6 +19,7 @@ which need the ground truth of their modality:
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -636,3 +637,71 @@ def agreement_means(parts: Sequence[Agreement]) -> dict[str, float]:
     summary = {name: _nan_mean(values) for name, values in fields.items()}
     summary["steps"] = int((~fields["rank_correlation"].isnan()).sum())
     return summary
+
+
+# -- what each self-attention head looks at (Clark et al. 2019, "What does BERT look at?") ----------------
+HEAD_STATISTICS = ("entropy", "normalised_entropy", "peak", "effective_positions", "previous", "next", "self", "punctuation")
+
+
+def is_punctuation(piece: str) -> bool:
+    """A word or subword piece made of punctuation alone (sentencepiece's word-start mark aside)."""
+    text = piece.replace("\u2581", "")
+    return bool(text) and all(unicodedata.category(character).startswith("P") for character in text)
+
+
+class HeadStatistics:
+    """Per layer and head of a self-attention stack, over every real word of the batches added: the mean
+    entropy (nats; normalised by log of the sentence length, over sentences of two words or more), peak
+    weight and effective positions of a word's attention, and the mean share of it on the previous word,
+    the next word, the word itself and punctuation (where the sentence has such a word)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, Tensor] = {}  # statistic -> (layers, heads) sums
+        self.counts: dict[str, Tensor] = {}  # statistic -> (layers, heads) words counted
+
+    def add(self, maps: Sequence[Tensor], lengths: Tensor, punctuation: Tensor) -> None:
+        """``maps``: one (B, h, S, S) per layer (rows: the words attending); ``lengths`` (B,); ``punctuation`` (B, S) bool."""
+        lengths = lengths.cpu()
+        punctuation = punctuation.cpu()
+        positions = torch.arange(punctuation.shape[1])
+        real = positions < lengths.unsqueeze(1)  # (B, S)
+        has_previous = real & (positions >= 1)  # (B, S): rows with a word before them
+        has_next = real & (positions + 1 < lengths.unsqueeze(1))  # (B, S)
+        long_enough = real & (lengths >= 2).unsqueeze(1)  # (B, S)
+        has_punctuation = real & (punctuation & real).any(1, keepdim=True)  # (B, S)
+        log_length = lengths.clamp_min(2).float().log().view(-1, 1, 1)  # (B, 1, 1)
+        per_layer: dict[str, list[Tensor]] = {name: [] for name in HEAD_STATISTICS}
+        masks = {"previous": has_previous, "next": has_next, "normalised_entropy": long_enough, "punctuation": has_punctuation}
+        for weights in maps:
+            weights = weights.float().cpu()  # (B, h, S, S)
+            rows_entropy = -(weights * weights.clamp_min(1e-12).log()).sum(-1)  # (B, h, S)
+            values = {
+                "entropy": rows_entropy,
+                "normalised_entropy": rows_entropy / log_length,
+                "peak": weights.max(-1).values,
+                "effective_positions": rows_entropy.exp(),
+                "previous": _pad_diagonal(weights.diagonal(offset=-1, dim1=-2, dim2=-1), front=True),  # row i on word i - 1
+                "next": _pad_diagonal(weights.diagonal(offset=1, dim1=-2, dim2=-1), front=False),  # row i on word i + 1
+                "self": weights.diagonal(dim1=-2, dim2=-1),
+                "punctuation": (weights * punctuation.view(punctuation.shape[0], 1, 1, -1)).sum(-1),
+            }  # each (B, h, S)
+            for name, value in values.items():
+                counted = masks.get(name, real).unsqueeze(1).float()  # (B, 1, S)
+                per_layer[name].append(torch.stack([(value * counted).sum((0, 2)), counted.sum((0, 2)).expand(value.shape[1])]))  # (2, h)
+        for name, layers in per_layer.items():
+            stacked = torch.stack(layers)  # (layers, 2, h)
+            self.sums[name] = self.sums.get(name, 0) + stacked[:, 0]
+            self.counts[name] = self.counts.get(name, 0) + stacked[:, 1]
+
+    def means(self) -> dict[str, list[list[float | None]]]:
+        """statistic -> rows of layers, each a list of heads (None where nothing was counted)."""
+        return {
+            name: [[round(float(s / c), 4) if c > 0 else None for s, c in zip(sum_row, count_row)] for sum_row, count_row in zip(self.sums[name], self.counts[name])]
+            for name in self.sums
+        }
+
+
+def _pad_diagonal(diagonal: Tensor, front: bool) -> Tensor:
+    """A (B, h, S - 1) off-diagonal back to (B, h, S) with a zero at the ``front`` (the first row has no previous
+    word) or at the end (the last has no next)."""
+    return torch.nn.functional.pad(diagonal, (1, 0) if front else (0, 1))

@@ -89,10 +89,14 @@ class SelfAttentionLayer(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         """x (B, L, M), mask (B, L) True = real -> (B, L, M); padding attends too but nothing attends to it."""
+        return self.attend(x, mask)[0]
+
+    def attend(self, x: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """:meth:`forward`, and with ``need_weights`` the self-attention weights (B, h, L, L) too."""
         normed = self.attention_norm(x)
-        attended, _ = self.attention(normed, *self.attention.keys_values(normed), mask.unsqueeze(1))
+        attended, weights = self.attention(normed, *self.attention.keys_values(normed), mask.unsqueeze(1), need_weights=need_weights)
         x = x + self.dropout(attended)
-        return x + self.dropout(self.feedforward(self.feedforward_norm(x)))
+        return x + self.dropout(self.feedforward(self.feedforward_norm(x))), weights
 
 
 class SelfAttentionStack(nn.Module):
@@ -108,3 +112,11 @@ class SelfAttentionStack(nn.Module):
         for layer in self.layers:
             x = layer(x, mask)  # (B, L, M)
         return self.final_norm(x)
+
+    def attention_weights(self, x: Tensor, mask: Tensor) -> list[Tensor]:
+        """Every layer's self-attention weights over ``x`` (B, L, M): one (B, h, L, L) per layer, rows the queries."""
+        maps = []
+        for layer in self.layers:
+            x, weights = layer.attend(x, mask, need_weights=True)  # (B, L, M), (B, h, L, L)
+            maps.append(weights)
+        return maps

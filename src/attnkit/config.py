@@ -146,6 +146,7 @@ class DataConfig(_Checked):
     feature_cache: str = "cache/features"  # captioning: the frozen image-encoder blocks' output cached here ("" : off)
     mosaic_share: float = checked(0.0, PROBABILITY)  # captioning: this share of the training photos is also seen in a 2 x 2 mosaic of training photos (seeded), with its own captions
     text_path: str = ""  # task multitask: the parallel-text dataset (data.path is then the captioning dataset)
+    pretrain_text: str = ""  # task pretrain: a text file of more source-language sentences, one per line, pre-trained on besides the training split's source side (in its vocabulary)
 
 
 @dataclass(frozen=True)
@@ -324,6 +325,8 @@ class ExperimentConfig(_Checked):
             raise UserError("config key data.mosaic_share: mosaics are made of training photos (task captioning or multitask); task translation has none")
         if self.data.mosaic_share > 0 and self.train.attention_supervision > 0:
             raise UserError("config key data.mosaic_share cannot go with train.attention_supervision: the gold cells are those of one photo's grid, not a mosaic's")
+        if self.data.pretrain_text and self.task != "pretrain":
+            raise UserError(f"config key data.pretrain_text: more text to pre-train on belongs to task pretrain, not task {self.task}")
         if text.init_from and self.task != "translation":
             raise UserError(f"config key text_encoder.init_from: a pre-trained encoder starts a translator (task translation), not task {self.task}")
         if text.frozen_steps and not text.init_from:

@@ -29,10 +29,11 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from attnkit.checkpoint import Checkpoint, load_checkpoint
+from attnkit.analysis import HeadStatistics, is_punctuation
+from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights
 from attnkit.config import ExperimentConfig, from_dict
 from attnkit.data.batching import Batch, pad_sequences
-from attnkit.data.text import read_parallel, resolve_languages
+from attnkit.data.text import read_lines, read_parallel, resolve_languages
 from attnkit.encoders.text import TransformerTextEncoder, build_text_encoder
 from attnkit.errors import UserError
 from attnkit.interfaces import PaddedTokens
@@ -167,7 +168,8 @@ def prepare_pretraining(config: ExperimentConfig, resume: Checkpoint | None, con
     pipeline = TextPipeline.from_checkpoint(resume) if resume is not None else TextPipeline.build(config, train_pairs, source_lang, target_lang)
     vocab_size = len(pipeline.source_vocab)
     longest = config.data.max_source_length  # within learned positions' reach: the config checks that
-    dataset = encode_sources(pipeline, [source for source, _ in train_pairs], longest)
+    more = read_lines(config.data.pretrain_text) if config.data.pretrain_text else []  # monolingual text, in the pairs' vocabulary
+    dataset = encode_sources(pipeline, [*(source for source, _ in train_pairs), *more], longest)
     valid = encode_sources(pipeline, [source for source, _ in valid_pairs], longest)
     encoder = build_text_encoder(config.text_encoder, vocab_size, pad_index=pipeline.source_vocab.pad_index)
     model = MaskedLanguageModel(encoder, vocab_size)
@@ -177,7 +179,8 @@ def prepare_pretraining(config: ExperimentConfig, resume: Checkpoint | None, con
         return {**scores, "score": scores["accuracy"]}
 
     notes = [
-        f"pretrain: masked pieces of {len(dataset)} {source_lang} training sentences (of {len(train_pairs)}), {len(valid)} validation; "
+        f"pretrain: masked pieces of {len(dataset)} {source_lang} sentences ({len(train_pairs)} of the training pairs"
+        + (f", {len(more)} of {config.data.pretrain_text}" if more else "") + f"), {len(valid)} validation; "
         f"vocabulary {vocab_size}{describe_subwords(config.data.tokenizer)}",
         describe_parameters(model),
     ]
@@ -185,6 +188,36 @@ def prepare_pretraining(config: ExperimentConfig, resume: Checkpoint | None, con
         config, model, MaskedLanguageObjective(vocab_size), dataset, collate_sentences, validate, pipeline.vocabularies,
         subword_models=pipeline.subword_models, validation_examples=len(valid), notes=notes,
     )  # fmt: skip
+
+
+def pretrained_from_checkpoint(path: str | Path) -> tuple[MaskedLanguageModel, TextPipeline]:
+    """A pre-training checkpoint's model (encoder and head, in eval mode) and its text pipeline."""
+    checkpoint = load_checkpoint(path, task=TASK)
+    config = from_dict(ExperimentConfig, checkpoint.config)
+    pipeline = TextPipeline.from_checkpoint(checkpoint)
+    vocab_size = len(pipeline.source_vocab)
+    model = MaskedLanguageModel(build_text_encoder(config.text_encoder, vocab_size, pad_index=pipeline.source_vocab.pad_index), vocab_size)
+    load_weights(model, checkpoint)
+    return model.eval(), pipeline
+
+
+def encoder_head_statistics(encoder: TransformerTextEncoder, pipeline: TextPipeline, sentences: Sequence[str], batch_size: int = 64) -> dict:
+    """What each self-attention head of ``encoder`` (a pre-trained one, or a translator's) looks at over
+    ``sentences``: :class:`attnkit.analysis.HeadStatistics`' means, statistic -> layers -> heads."""
+    vocab = pipeline.source_vocab
+    punctuation_ids = torch.tensor([is_punctuation(piece) and i >= FIRST_ORDINARY for i, piece in enumerate(vocab.to_list())])  # (V,)
+    dataset = encode_sources(pipeline, sentences, max_length=10**6)
+    statistics = HeadStatistics()
+    device = next(encoder.parameters()).device
+    was_training = encoder.training
+    encoder.eval()
+    with torch.no_grad():
+        for start in range(0, len(dataset), batch_size):
+            source = collate_sentences([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]).source
+            maps = encoder.self_attention(source.to(device))  # one (B, h, S, S) per layer
+            statistics.add(maps, source.lengths, punctuation_ids[source.ids])
+    encoder.train(was_training)
+    return statistics.means()
 
 
 ENCODER_SHAPE = ("family", "hidden_size", "num_layers", "heads", "feedforward_size", "positions", "max_positions")  # what the weights' shapes follow

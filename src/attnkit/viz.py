@@ -256,17 +256,29 @@ def plot_distributions(
 
 
 def plot_head_tables(
-    tables: dict[str, tuple[Sequence[Sequence[float]], str]], path: str | Path, title: str = "", columns: Sequence[str] | None = None
+    tables: dict[str, tuple[Sequence[Sequence[float]], str]],
+    path: str | Path,
+    title: str = "",
+    columns: Sequence[str] | None = None,
+    per_row: int | None = None,
+    value_range: tuple[float, float] | None = None,
 ) -> Path:
     """One layer x head heatmap per score, each cell annotated: ``tables`` maps a panel's title to
     (rows of per-head values, colour map), e.g. the pointing hit rate of every image head (higher is
     better: "Greens") and the AER of every text head (lower is better: "Reds_r"). ``columns``: the
-    columns' labels (default: the heads, numbered from 1)."""
-    figure = _new_figure(figsize=(0.9 + 2.6 * len(tables) + 0.5 * max(len(rows[0]) for rows, _ in tables.values()), 2.6))
-    axes = figure.subplots(1, len(tables), squeeze=False)
-    for axis, (name, (rows, colours)) in zip(axes[0], tables.items()):
+    columns' labels (default: the heads, numbered from 1). ``per_row``: panels per row of the figure
+    (default: all in one row). ``value_range``: one colour scale for every panel (default: each its own)."""
+    per_row = per_row or len(tables)
+    grid_rows = -(-len(tables) // per_row)
+    heads = max(len(rows[0]) for rows, _ in tables.values())
+    figure = _new_figure(figsize=(0.9 + 2.6 * per_row + 0.5 * heads, 2.6 * grid_rows))
+    axes = figure.subplots(grid_rows, per_row, squeeze=False).ravel()
+    for axis in axes[len(tables):]:
+        axis.set_visible(False)
+    low, high = value_range or (None, None)
+    for axis, (name, (rows, colours)) in zip(axes, tables.items()):
         values = [[float("nan") if v is None else v for v in row] for row in rows]
-        shown = axis.imshow(values, cmap=colours, aspect="auto")
+        shown = axis.imshow(values, cmap=colours, aspect="auto", vmin=low, vmax=high)
         for layer, row in enumerate(values):
             for head, value in enumerate(row):
                 red, green, blue, _ = shown.cmap(shown.norm(value))

@@ -73,16 +73,24 @@ class TransformerTextEncoder(nn.Module):
         self.layers = SelfAttentionStack(size, config.heads, config.feedforward_size, config.num_layers, config.dropout)
 
     def forward(self, source: PaddedTokens) -> EncoderOutput:
-        ids, lengths = source.ids, source.lengths
-        mask = _real_positions(ids, lengths)  # (B, S)
+        inputs, mask = self._inputs(source)  # (B, S, M), (B, S)
+        memory = self.layers(inputs, mask)  # (B, S, M)
+        memory = memory * mask.unsqueeze(-1).to(memory.dtype)  # padding at zero, as the RNN encoders leave it
+        return EncoderOutput(memory=memory, mask=mask, init_state=_mean_of_real(memory, mask), layout=Tokens(lengths=source.lengths))
+
+    def self_attention(self, source: PaddedTokens) -> list[Tensor]:
+        """Each layer's self-attention weights over ``source``: one (B, h, S, S) per layer (rows: the words attending)."""
+        return self.layers.attention_weights(*self._inputs(source))
+
+    def _inputs(self, source: PaddedTokens) -> tuple[Tensor, Tensor]:
+        """The scaled embeddings plus position codes (B, S, M), and the real positions (B, S)."""
+        ids = source.ids
         embedded = self.embedding(ids)  # (B, S, M)
         if self.learned_positions is None:
             positions = sinusoidal_positions(ids.shape[1], self.output_size, ids.device).to(embedded.dtype)
         else:
             positions = self.learned_positions(torch.arange(ids.shape[1], device=ids.device))  # (S, M); the config keeps S within them
-        memory = self.layers(self.dropout(embedded + positions), mask)  # (B, S, M)
-        memory = memory * mask.unsqueeze(-1).to(memory.dtype)  # padding at zero, as the RNN encoders leave it
-        return EncoderOutput(memory=memory, mask=mask, init_state=_mean_of_real(memory, mask), layout=Tokens(lengths))
+        return self.dropout(embedded + positions), _real_positions(ids, source.lengths)
 
 
 class TextEncoder(nn.Module):
