@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnkit.checkpoint import load_checkpoint
-from attnkit.commands import evaluate, train
+from attnkit.commands import evaluate, serve, train
 from attnkit.errors import run_cli
 from attnkit.interfaces import PaddedTokens
 from attnkit.pretraining import FIRST_ORDINARY, MASK_ID, Masking
@@ -78,6 +78,8 @@ def test_the_tiny_pretrain_recipe_trains_resumes_and_is_refused_where_a_translat
     capsys.readouterr()
     assert run_cli(evaluate.main, ["--checkpoint", str(run_dir / "best.pt"), "--split", "test"]) == 2
     assert "'pretrain' checkpoint" in capsys.readouterr().err
+    assert run_cli(serve.main, ["--checkpoint", str(run_dir / "best.pt"), "--port", "0"]) == 2
+    assert "a pre-training checkpoint (task pretrain)" in capsys.readouterr().err
 
 
 def test_pretraining_an_rnn_encoder_is_refused_with_the_reason(toy_data, tmp_path, capsys):
@@ -110,6 +112,10 @@ def test_a_translator_starts_from_the_pretrained_encoder_and_holds_it_still_whil
     encoder = {name: w for name, w in load_checkpoint(pretrained).model.items() if name.startswith("encoder.")}
     trained = load_checkpoint(run_dir / "last.pt").model
     assert all(torch.equal(trained[name.replace("encoder.", "encoders.text.", 1)], w) for name, w in encoder.items())  # held still all along
+    resumed = ["--resume", str(run_dir / "last.pt"), "--no-progress", "--set", "train.epochs=2", "--set", "text_encoder.frozen_steps=0"]
+    assert run_cli(train.main, resumed) == 0  # how long it is held still may change on resume: the encoder trains on
+    moved = load_checkpoint(run_dir / "last.pt").model
+    assert not all(torch.equal(moved[name.replace("encoder.", "encoders.text.", 1)], w) for name, w in encoder.items())
     fresh = tmp_path / "thawed"
     assert run_cli(train.main, translator_argv(toy_data, fresh, f"text_encoder.init_from={pretrained}")) == 0
     thawed = load_checkpoint(fresh / "last.pt").model
@@ -121,6 +127,7 @@ def test_a_translator_starts_from_the_pretrained_encoder_and_holds_it_still_whil
     [
         (["data.max_vocab=4"], "another source vocabulary"),
         (["text_encoder.num_layers=1"], "holds another encoder: text_encoder.num_layers 2 there, 1 here"),
+        (["text_encoder.family=rnn"], "holds another encoder: text_encoder.family transformer there, rnn here"),
         (["text_encoder.init_from=nowhere/best.pt"], "does not exist"),
         (["task=captioning"], "starts a translator (task translation)"),
     ],

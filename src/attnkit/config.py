@@ -390,10 +390,11 @@ def check_values(config: Any) -> None:
 # on which device, how outputs are decoded) may differ.
 MODEL_KEYS = ("task", "data.source_lang", "data.target_lang", "data.min_freq", "data.max_vocab", "data.tokenizer", "text_encoder", "image_encoder", "decoder")
 # Within them, not these: regularisation while training, the backbone's learning rate, where the pretrained weights
-# were read (weights_sha256 says which they were), and which attention the analysis reads (chosen after training).
+# were read (weights_sha256 says which they were), which attention the analysis reads (chosen after training), and
+# how long a pre-trained encoder is held still (init_from itself is: it sets the optimizer's parameter groups).
 NOT_MODEL_KEYS = (
     "text_encoder.dropout", "image_encoder.dropout", "decoder.dropout", "image_encoder.backbone_lr", "image_encoder.weights",
-    "decoder.attention_layer", "decoder.attention_head",
+    "decoder.attention_layer", "decoder.attention_head", "text_encoder.frozen_steps",
 )  # fmt: skip
 RESOLVED_KEYS = ("data.source_lang", "data.target_lang", "image_encoder.weights_sha256")  # training fills them in when empty
 

@@ -89,13 +89,15 @@ def describe_parameters(model: nn.Module) -> str:
 def model_from_checkpoint(checkpoint: Checkpoint) -> EncoderDecoder:
     """The model a checkpoint holds: built from its task, config and vocabularies, then given its weights
     (a joint checkpoint's one model serves a Captioner and a Translator alike)."""
+    if checkpoint.task == "pretrain":
+        raise UserError("this is a pre-training checkpoint (task pretrain): a text encoder to start a translator from (text_encoder.init_from), not a model that captions or translates")
     config = from_dict(ExperimentConfig, checkpoint.config)
     target = Vocabulary(checkpoint.vocabularies["target"])
     if checkpoint.task == "captioning":
         model = build_captioning_model(config, target, load_weights=False)  # the backbone's weights are in the checkpoint
     elif checkpoint.task == "translation":
         model = build_translation_model(config, Vocabulary(checkpoint.vocabularies["source"]), target)
-    else:  # load_checkpoint accepts no other task
+    else:  # multitask: load_checkpoint accepts no other task
         model = build_multitask_model(config, Vocabulary(checkpoint.vocabularies["source"]), target, load_weights=False)
     load_weights(model, checkpoint)
     return model

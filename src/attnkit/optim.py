@@ -24,24 +24,25 @@ class LearningRateSchedule:
         self.optimizer = optimizer
         self.warmup_steps = config.warmup_steps
         self.peaks = [group["lr"] for group in optimizer.param_groups]  # each group's configured rate
+        # Read now, from the groups as this run's config made them: a resumed optimizer's state brings the saved ones back.
+        self.frozen = [group.get("frozen_steps", 0) for group in optimizer.param_groups]
         self.plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(
             optimizer, mode="max", factor=config.lr_factor, patience=config.lr_patience, min_lr=config.min_lr
         )
 
     def before_step(self, step: int) -> None:
         """Set the rate of optimizer step ``step`` (0-based): warming up, or left as the plateaus made it; 0 for a
-        group still frozen, and on the step it thaws the share of its peak that the other groups have now."""
+        group still frozen, and once it thaws the share of its peak that the other groups have then."""
         groups = self.optimizer.param_groups
         if step < self.warmup_steps:
             for group, peak in zip(groups, self.peaks):
                 group["lr"] = peak * (step + 1) / self.warmup_steps
-        training = [(group, peak) for group, peak in zip(groups, self.peaks) if group.get("frozen_steps", 0) < step or not group.get("frozen_steps")]  # before this step
-        share = training[0][0]["lr"] / training[0][1] if training else 1.0  # the plateaus have cut every training group alike
-        for group, peak in zip(groups, self.peaks):
-            frozen = group.get("frozen_steps", 0)
+        moving = [(group, peak) for group, peak, frozen in zip(groups, self.peaks, self.frozen) if step >= frozen and group["lr"] > 0]
+        share = moving[0][0]["lr"] / moving[0][1] if moving else 1.0  # the warm-up and the plateaus move every group alike
+        for group, peak, frozen in zip(groups, self.peaks, self.frozen):
             if step < frozen:
                 group["lr"] = 0.0
-            elif step == frozen > 0 and step >= self.warmup_steps:
+            elif group["lr"] == 0.0:  # thawing (or resumed with fewer frozen steps than the rate was set for)
                 group["lr"] = peak * share
 
     def after_validation(self, score: float, step: int) -> None:

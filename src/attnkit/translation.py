@@ -360,14 +360,14 @@ def prepare_translation(config: ExperimentConfig, resume: Checkpoint | None, con
 
 
 def frozen_encoder_groups(model: EncoderDecoder, config: ExperimentConfig) -> list[dict] | None:
-    """Adam's groups when ``text_encoder.frozen_steps`` holds the text encoder still at first (its group's rate is 0
-    for that many steps: :class:`attnkit.optim.LearningRateSchedule`); None (one group) otherwise."""
-    steps = config.text_encoder.frozen_steps
-    if not steps:
+    """Adam's groups for a translator started from a pre-trained encoder: the encoder's, held still for its first
+    ``text_encoder.frozen_steps`` (its rate 0: :class:`attnkit.optim.LearningRateSchedule`), and the rest; None (one
+    group) otherwise. Two groups even without frozen steps, so that a resumed run may change their number."""
+    if not config.text_encoder.init_from:
         return None
     encoder = list(model.encoder_for("text").parameters())
     held = {id(p) for p in encoder}
-    return [{"params": encoder, "frozen_steps": steps}, {"params": [p for p in model.parameters() if id(p) not in held]}]
+    return [{"params": encoder, "frozen_steps": config.text_encoder.frozen_steps}, {"params": [p for p in model.parameters() if id(p) not in held]}]
 
 
 def train_translation(
