@@ -13,7 +13,6 @@ from attnkit.data.batching import pad_sequences
 from attnkit.errors import UserError
 from attnkit.model import build_translation_model, model_from_checkpoint
 from attnkit.search import beam_search
-from attnkit.vocab import Vocabulary
 from conftest import TINY_TRANSFORMER, tiny_config, tiny_model
 
 

@@ -144,7 +144,7 @@ def test_an_override_that_is_not_yaml_is_a_user_error(value):
         ("search.length_penalty=-1", "search.length_penalty must be at least 0"),
         ("search.max_length_ratio=-1", "search.max_length_ratio must be at least 0"),
         ("search.max_length_offset=-1", "search.max_length_offset must be at least 0"),
-        ("task=summarisation", "config key task: unknown task 'summarisation'; choose one of translation, captioning, multitask"),
+        ("task=summarisation", "config key task: unknown task 'summarisation'; choose one of translation, captioning, multitask, pretrain"),
         ("name=", "config key name must be a non-empty string"),
     ],
 )
@@ -199,7 +199,7 @@ def test_every_default_is_valid_and_direct_construction_is_checked():
 
 
 def test_each_choice_list_is_the_one_beside_the_code_and_errors_list_it():
-    from attnkit import attention, cells, decoders, model, translation
+    from attnkit import attention, cells, decoders, model, pretraining, translation
     from attnkit.decoders import rnn
     from attnkit.captioning import TASK as CAPTIONING
     from attnkit.encoders import image, text
@@ -221,7 +221,7 @@ def test_each_choice_list_is_the_one_beside_the_code_and_errors_list_it():
     assert attention.SCORES == tuple(name for name in attention.SCORE_FUNCTIONS if name != attention.NO_ATTENTION)
     assert text.RNNS == (*cells.CELLS, text.NO_RNN)
     assert config_module.TOKENIZERS == Tokenizer.KINDS
-    assert set(config_module.TASKS) == {translation.TASK, CAPTIONING, model.MULTITASK}
+    assert set(config_module.TASKS) == {translation.TASK, CAPTIONING, model.MULTITASK, pretraining.TASK}
 
 
 def test_n_best_is_gone_and_an_old_stored_config_still_reads():

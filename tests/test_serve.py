@@ -9,7 +9,6 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from PIL import Image
 
 from attnkit.commands import serve as serve_command
 from attnkit.config import load_config

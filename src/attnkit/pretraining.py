@@ -50,12 +50,12 @@ FIRST_ORDINARY = len(SPECIALS)  # ids below it are specials: never chosen, never
 
 @dataclass(frozen=True)
 class Masking:
-    """BERT's scheme: ``rate`` of the ordinary pieces chosen; of those, ``replace`` become the mask piece,
-    ``random`` a random ordinary piece, and the rest stay as they are."""
+    """BERT's scheme: ``rate`` of the ordinary pieces chosen; of those, ``masked_share`` become the mask piece,
+    ``random_share`` a random ordinary piece, and the rest stay as they are."""
 
     rate: float = 0.15
-    replace: float = 0.8
-    random: float = 0.1
+    masked_share: float = 0.8
+    random_share: float = 0.1
 
     def __call__(self, source: PaddedTokens, vocab_size: int, generator: torch.Generator | None = None) -> tuple[PaddedTokens, Tensor]:
         """-> (the masked source, chosen (B, S) bool). Padding and special pieces are never chosen. With
@@ -65,8 +65,8 @@ class Masking:
         draw = lambda: torch.rand(ids.shape, device=ids.device, generator=generator)  # noqa: E731
         chosen = ordinary & (draw() < self.rate)  # (B, S)
         action = draw()  # (B, S) one draw decides mask / random / keep
-        to_mask = chosen & (action < self.replace)
-        to_random = chosen & (action >= self.replace) & (action < self.replace + self.random)
+        to_mask = chosen & (action < self.masked_share)
+        to_random = chosen & (action >= self.masked_share) & (action < self.masked_share + self.random_share)
         random_ids = torch.randint(FIRST_ORDINARY, vocab_size, ids.shape, device=ids.device, generator=generator)  # (B, S)
         masked = torch.where(to_mask, torch.full_like(ids, MASK_ID), torch.where(to_random, random_ids, ids))
         return PaddedTokens(masked, source.lengths, source.host_lengths), chosen
