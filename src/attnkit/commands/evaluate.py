@@ -85,7 +85,7 @@ def chosen_task(args: argparse.Namespace, checkpoint_task: str) -> str:
             raise UserError(f"--task {args.task}: {args.checkpoint} is a {checkpoint_task} checkpoint, not a joint one; it only {DOES[checkpoint_task]} (leave --task out)")
         return checkpoint_task
     if checkpoint_task != MULTITASK:
-        raise UserError(f"{args.checkpoint} is a '{checkpoint_task}' checkpoint; evaluate.py scores {TRANSLATION}, {CAPTIONING} and {MULTITASK} checkpoints")
+        raise UserError(f"{args.checkpoint} is a '{checkpoint_task}' checkpoint; attnkit evaluate scores {TRANSLATION}, {CAPTIONING} and {MULTITASK} checkpoints")
     by_options = [task for task in TASK_OPTIONS if given_options(args, task)]  # a joint model does both: --task or the options say which
     if asked is not None and set(by_options) - {asked}:
         other = TRANSLATION if asked == CAPTIONING else CAPTIONING
@@ -140,7 +140,7 @@ def evaluate_translation(args: argparse.Namespace, checkpoint) -> dict:
     if args.limit > 0:
         pairs = pairs[: args.limit]
     translator = Translator.from_checkpoint(checkpoint, device=args.device)
-    warn_overlong_sources(translator, (source for source, _ in pairs))  # scored all the same, as translate.py translates them
+    warn_overlong_sources(translator, (source for source, _ in pairs))  # scored all the same, as attnkit translate translates them
     scores = translator.evaluate(pairs, beam_size=args.beam, batch_size=args.batch_size, hypotheses_file=args.output, replace_unknown=args.replace_unk)
     return {**what, **scores}
 
