@@ -149,12 +149,12 @@ def head_figure(out: Path, seed: int, figure: str) -> dict:
     if not all(path.is_file() for path in (mlm_path, tuned_path, scratch_path)):
         return {}
     mlm, pipeline = pretrained_from_checkpoint(mlm_path)
-    folder = Path(load_checkpoint(tuned_path).config["data"]["path"])
-    sentences = [source for source, _ in read_parallel(folder, "valid", SOURCE, TARGET)][:HEAD_SENTENCES]
     encoders = {"pre-trained (masked LM)": (mlm.encoder, pipeline)}
-    for label, path in (("fine-tuned from it", tuned_path), ("trained from scratch", scratch_path)):
-        checkpoint = load_checkpoint(path)
+    translators = {"fine-tuned from it": load_checkpoint(tuned_path), "trained from scratch": load_checkpoint(scratch_path)}
+    for label, checkpoint in translators.items():
         encoders[label] = (model_from_checkpoint(checkpoint).eval().encoder_for("text"), TextPipeline.from_checkpoint(checkpoint))
+    folder = Path(translators["fine-tuned from it"].config["data"]["path"])
+    sentences = [source for source, _ in read_parallel(folder, "valid", SOURCE, TARGET)][:HEAD_SENTENCES]
     statistics = {label: encoder_head_statistics(encoder, text, sentences) for label, (encoder, text) in encoders.items()}
     write_text_atomic(out / "heads.json", json.dumps({"sentences": len(sentences), "seed": seed, "encoders": statistics}, indent=1) + "\n")
     tables = {f"{label}\n{statistic.replace('_', ' ')}": (stats[statistic], "Blues") for label, stats in statistics.items() for statistic in SHOWN}

@@ -674,12 +674,12 @@ class HeadStatistics:
         masks = {"previous": has_previous, "next": has_next, "normalised_entropy": long_enough, "punctuation": has_punctuation}
         for weights in maps:
             weights = weights.float().cpu()  # (B, h, S, S)
-            rows_entropy = -(weights * weights.clamp_min(1e-12).log()).sum(-1)  # (B, h, S)
+            rows_entropy = entropy(weights)  # (B, h, S)
             values = {
                 "entropy": rows_entropy,
                 "normalised_entropy": rows_entropy / log_length,
-                "peak": weights.max(-1).values,
-                "effective_positions": rows_entropy.exp(),
+                "peak": peak_weight(weights),
+                "effective_positions": rows_entropy.exp(),  # effective_positions(), its entropy already at hand
                 "previous": _pad_diagonal(weights.diagonal(offset=-1, dim1=-2, dim2=-1), front=True),  # row i on word i - 1
                 "next": _pad_diagonal(weights.diagonal(offset=1, dim1=-2, dim2=-1), front=False),  # row i on word i + 1
                 "self": weights.diagonal(dim1=-2, dim2=-1),

@@ -21,7 +21,7 @@ Legend: B batch, S source length, M model size, V source vocabulary, N chosen pi
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -76,6 +76,12 @@ class MaskedLanguageModel(nn.Module):
     """The Transformer text encoder and BERT's output head: a dense layer, GELU, layer norm, then the
     encoder's own embedding matrix (tied) and a bias over the source vocabulary."""
 
+    @classmethod
+    def build(cls, config: ExperimentConfig, source_vocab: Vocabulary) -> "MaskedLanguageModel":
+        """``config.text_encoder``'s encoder over ``source_vocab``, with the head."""
+        encoder = build_text_encoder(config.text_encoder, len(source_vocab), pad_index=source_vocab.pad_index)
+        return cls(encoder, len(source_vocab))
+
     def __init__(self, encoder: TransformerTextEncoder, vocab_size: int):
         super().__init__()
         self.encoder = encoder
@@ -129,6 +135,12 @@ def collate_sentences(examples: Sequence[tuple[int, Sequence[int]]]) -> Batch:
     return Batch(pad_sequences(sentences), None, torch.tensor(index))  # (B, S)
 
 
+def source_batches(dataset: SentenceDataset, batch_size: int) -> Iterator[PaddedTokens]:
+    """``dataset``'s sentences in order, ``batch_size`` at a time (evaluation: no bucketing, no shuffling)."""
+    for start in range(0, len(dataset), batch_size):
+        yield collate_sentences([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]).source
+
+
 def encode_sources(pipeline: TextPipeline, sentences: Sequence[str], max_length: int) -> SentenceDataset:
     """The sentences as source ids; empty ones skipped, long ones cut to ``max_length`` pieces."""
     encoded = (pipeline.source_vocab.encode(pipeline.source_tokenizer.tokenize(sentence))[:max_length] for sentence in sentences)
@@ -143,8 +155,7 @@ def masked_language_scores(model: MaskedLanguageModel, dataset: SentenceDataset,
     masking = Masking()
     correct = chosen_total = 0
     nll = 0.0
-    for start in range(0, len(dataset), batch_size):
-        source = collate_sentences([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]).source
+    for source in source_batches(dataset, batch_size):
         masked, chosen = masking(source, vocab_size, generator)  # drawn on the CPU: the same on any device
         logits = model(masked.to(device), chosen.to(device)).float()  # (N, V)
         answers = source.ids[chosen].to(device)  # (N,)
@@ -171,8 +182,7 @@ def prepare_pretraining(config: ExperimentConfig, resume: Checkpoint | None, con
     more = read_lines(config.data.pretrain_text) if config.data.pretrain_text else []  # monolingual text, in the pairs' vocabulary
     dataset = encode_sources(pipeline, [*(source for source, _ in train_pairs), *more], longest)
     valid = encode_sources(pipeline, [source for source, _ in valid_pairs], longest)
-    encoder = build_text_encoder(config.text_encoder, vocab_size, pad_index=pipeline.source_vocab.pad_index)
-    model = MaskedLanguageModel(encoder, vocab_size)
+    model = MaskedLanguageModel.build(config, pipeline.source_vocab)
 
     def validate(trained: nn.Module) -> dict:
         scores = masked_language_scores(trained, valid, vocab_size, seed=config.train.seed)
@@ -195,8 +205,7 @@ def pretrained_from_checkpoint(path: str | Path) -> tuple[MaskedLanguageModel, T
     checkpoint = load_checkpoint(path, task=TASK)
     config = from_dict(ExperimentConfig, checkpoint.config)
     pipeline = TextPipeline.from_checkpoint(checkpoint)
-    vocab_size = len(pipeline.source_vocab)
-    model = MaskedLanguageModel(build_text_encoder(config.text_encoder, vocab_size, pad_index=pipeline.source_vocab.pad_index), vocab_size)
+    model = MaskedLanguageModel.build(config, pipeline.source_vocab)
     load_weights(model, checkpoint)
     return model.eval(), pipeline
 
@@ -212,8 +221,7 @@ def encoder_head_statistics(encoder: TransformerTextEncoder, pipeline: TextPipel
     was_training = encoder.training
     encoder.eval()
     with torch.no_grad():
-        for start in range(0, len(dataset), batch_size):
-            source = collate_sentences([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]).source
+        for source in source_batches(dataset, batch_size):
             maps = encoder.self_attention(source.to(device))  # one (B, h, S, S) per layer
             statistics.add(maps, source.lengths, punctuation_ids[source.ids])
     encoder.train(was_training)
