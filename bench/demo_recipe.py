@@ -5,6 +5,7 @@ Run from the project root::
     python bench/demo_recipe.py                       # the default candidates (CANDIDATES), one after the other
     python bench/demo_recipe.py --candidate "supervised 3000: scenes=3000 train.attention_supervision=1"
     python bench/demo_recipe.py --quick               # every step on a few scenes, seconds per candidate (a smoke check)
+    python bench/demo_recipe.py --cache /tmp/features # the frozen encoder's scene features cached there (default --out/features)
 
 Each candidate is the demo's joint scene model, ``tasks/configs/scenes_multitask.yaml`` with the candidate's own
 overrides (the demo's are :data:`attnkit.commands.demo.SCENE_OVERRIDES`); ``scenes=N`` sets the number of
@@ -27,6 +28,7 @@ from attnkit.comparison import AttentionComparer, evaluate_scenes
 from attnkit.commands.demo import SCENE_MINUTES, SCENE_OVERRIDES, SCENES
 from attnkit.config import load_config
 from attnkit.data.scenes import generate_scenes, write_scene_dataset
+from attnkit.cli import positive_int, positive_number
 from attnkit.errors import UserError, run_cli
 from attnkit.files import write_text_atomic
 from attnkit.multitask import train_multitask
@@ -51,10 +53,33 @@ QUICK = {"scenes": 60, "valid": 8, "minutes": 0.3}
 
 
 def parse_candidate(text: str) -> tuple[str, list[str]]:
+    """``'NAME: KEY=VALUE ...'`` as (name, overrides); ``scenes=N`` must be a whole number of at least 1."""
     name, colon, rest = text.partition(":")
     if not colon or not name.strip():
         raise UserError(f"--candidate {text!r}: write 'NAME: KEY=VALUE ...' (e.g. 'supervised: train.attention_supervision=1')")
-    return name.strip(), rest.split()
+    overrides = rest.split()
+    for override in overrides:
+        key, equals, value = override.partition("=")
+        if not equals:
+            raise UserError(f"--candidate {text!r}: {override!r} is not KEY=VALUE")
+        if key == "scenes" and not (value.isdigit() and int(value) >= 1):
+            raise UserError(f"--candidate {text!r}: scenes must be a whole number of at least 1, got {value!r}")
+    return name.strip(), overrides
+
+
+def parse_candidates(texts: list[str]) -> dict[str, list[str]]:
+    """The candidates of ``--candidate``, by name; one message for a name given twice (the first would be dropped)."""
+    candidates: dict[str, list[str]] = {}
+    for text in texts:
+        name, overrides = parse_candidate(text)
+        if name in candidates:
+            raise UserError(f"--candidate: two candidates are named {name!r}; give each its own name")
+        candidates[name] = overrides
+    return candidates
+
+
+def scene_count(overrides: list[str]) -> int:
+    return next((int(o.partition("=")[2]) for o in overrides if o.startswith("scenes=")), SCENES)
 
 
 def folder_name(name: str) -> str:
@@ -64,9 +89,10 @@ def folder_name(name: str) -> str:
 def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--candidate", action="append", default=[], metavar="'NAME: KEY=VALUE ...'", help="measure this candidate (default: CANDIDATES)")
-    parser.add_argument("--minutes", type=float, default=None, help=f"each candidate's training budget (default the demo's {SCENE_MINUTES:g})")
-    parser.add_argument("--valid", type=int, default=200, help="validation scenes measured per candidate")
+    parser.add_argument("--minutes", type=positive_number, default=None, help=f"each candidate's training budget (default the demo's {SCENE_MINUTES:g})")
+    parser.add_argument("--valid", type=positive_int, default=200, help="validation scenes measured per candidate")
     parser.add_argument("--out", default=str(ROOT / "runs/bench-demo-recipe"))
+    parser.add_argument("--cache", default=None, metavar="DIR", help="where the frozen image encoder's scene features are cached (default: --out/features)")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK['scenes']} training scenes, {QUICK['valid']} validation scenes, {QUICK['minutes']:g} min each")
     parser.add_argument("--no-progress", action="store_true")
     return parser
@@ -75,18 +101,20 @@ def get_args_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
     busy_before = busy_cores()
-    candidates = dict(parse_candidate(text) for text in args.candidate) if args.candidate else CANDIDATES
+    candidates = parse_candidates(args.candidate) if args.candidate else CANDIDATES
     minutes = QUICK["minutes"] if args.quick else (args.minutes if args.minutes is not None else SCENE_MINUTES)
     valid_count = QUICK["valid"] if args.quick else args.valid
     out = Path(args.out)
+    cache = Path(args.cache) if args.cache is not None else out / "features"
     plans = {}
     for name, overrides in candidates.items():  # every candidate's config is checked before the first one trains
-        scenes = next((int(o.partition("=")[2]) for o in overrides if o.startswith("scenes=")), SCENES)
-        scenes = QUICK["scenes"] if args.quick else scenes
+        scenes = QUICK["scenes"] if args.quick else scene_count(overrides)
         kept = [override for override in overrides if not override.startswith("scenes=")]
         data = out / f"data-{scenes}"
         run = out / folder_name(name)
-        base = [f"data.path={data / 'captions'}", f"data.text_path={data / 'text'}", f"output_dir={run}", f"train.max_minutes={minutes}"]
+        if any(run == planned[2] for planned in plans.values()):
+            raise UserError(f"--candidate {name!r}: its run folder {run} is another candidate's; name them more apart")
+        base = [f"data.path={data / 'captions'}", f"data.text_path={data / 'text'}", f"data.feature_cache={cache}", f"output_dir={run}", f"train.max_minutes={minutes}"]
         plans[name] = (scenes, data, run, load_config(CONFIG, [*base, *kept]), overrides)
     valid_scenes = generate_scenes(valid_count, VALID_SEED, "valid")
     results = {}
@@ -135,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         "targets": TARGETS,
         "candidates": results,
         "run_dir": str(out),
+        "feature_cache": str(cache),
     }
     return print_result(summary, busy_before)
 

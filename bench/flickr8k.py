@@ -3,7 +3,8 @@
 Run from the project root::
 
     python bench/flickr8k.py            # full: tasks/configs/flickr8k.yaml; the attention model, then the ablation, seeds 0 and 1
-    python bench/flickr8k.py --quick    # the same steps on 300 training images for about two minutes (a smoke check)
+    python bench/flickr8k.py --quick    # the same steps on 300 training images for about two minutes (a smoke check;
+                                        # the subset is written to <run folder>/quick-data, so --quick --reuse reuses)
     python bench/flickr8k.py --choose train.attention_regularization=0.25,1 --skip-ablation
                                         # one attention model per value; the best on validation is tested
 
@@ -38,12 +39,12 @@ import argparse
 import hashlib
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from attnkit.captioning import Captioner, train_captioning
 from attnkit.checkpoint import load_checkpoint
+from attnkit.cli import positive_int, positive_number
 from attnkit.config import ExperimentConfig, load_config, to_dict
 from attnkit.data.captions import image_root, read_caption_split, write_caption_dataset
 from attnkit.errors import UserError, run_cli
@@ -60,6 +61,7 @@ TARGET_BLEU4 = 23.0  # issue 31: mean of two seeds at beam 5 (Xu et al. 2015: 19
 MIN_MARGIN = 1.0  # attention earns its place: the no-attention model trails by at least this much BLEU-4 ...
 MIN_MARGIN_CIDER = 2.0  # ... and this much CIDEr-D (means over the seeds)
 QUICK = {"train": 300, "valid": 50, "test": 100}  # images per split in --quick mode
+QUICK_DATA = "quick-data"  # --quick: the subset's dataset folder in the run folder (rewritten the same each time)
 MODELS = {"attention": [], "no_attention": ["decoder.score=none"]}
 
 
@@ -67,8 +69,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(ROOT / "tasks/configs/flickr8k.yaml"))
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override (both models)")
-    parser.add_argument("--epochs", type=int, default=10, help="epochs of each model: the same for both, so the ablation is fair")
-    parser.add_argument("--minutes", type=float, default=60.0, help="safety cap on each model's training time (the target's 60 minutes; the cap is part of the config --reuse compares)")
+    parser.add_argument("--epochs", type=positive_int, default=10, help="epochs of each model: the same for both, so the ablation is fair")
+    parser.add_argument("--minutes", type=positive_number, default=60.0, help="safety cap on each model's training time (the target's 60 minutes; the cap is part of the config --reuse compares)")
     parser.add_argument("--out", default="", help="run folder (default runs/bench-flickr8k, or runs/bench-flickr8k-quick)")
     parser.add_argument("--data", default="", help="data root holding flickr8k/ (default $ATTNKIT_DATA, else ../shared/data)")
     parser.add_argument("--quick", action="store_true", help=f"train on {QUICK['train']} images for a minute each, test on {QUICK['test']}")
@@ -93,6 +95,9 @@ def candidates(choose: str | None) -> list[list[str]]:
     options = [value.strip() for value in values.split(",") if value.strip()]
     if not equals or not key.strip() or not options:
         raise UserError(f"--choose {choose!r} must look like section.key=value1,value2")
+    twice = sorted({value for value in options if options.count(value) > 1})
+    if twice:
+        raise UserError(f"--choose {choose!r} names {', '.join(twice)} twice: each value is one model, and two of one would be the same")
     return [[f"{key.strip()}={value}"] for value in options]
 
 
@@ -180,8 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     options = candidates(args.choose)
     seeds = numbers(args.seeds, "--seeds", 0)
     beams = numbers(args.beams, "--beams", 1)
+    asked: dict[str, str] = {}
     for option in options:
-        load_config(args.config, [*option, *MODELS["no_attention"], *args.overrides])  # an unknown key or a bad value: one message
+        config = load_config(args.config, [*option, *MODELS["no_attention"], *args.overrides])  # an unknown key or a bad value: one message
+        same = asked.setdefault(json.dumps(to_dict(config), sort_keys=True, default=str), option[0] if option else "")
+        if option and same != option[0]:
+            raise UserError(f"--choose {args.choose!r}: {same} and {option[0]} train the same model (the same value written two ways)")
     mode = "quick" if args.quick else "full"
     busy_before = busy_cores()
     dataset = ROOT / "data" / "flickr8k"
@@ -189,107 +198,108 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or ROOT / "runs" / f"bench-flickr8k{'-quick' if args.quick else ''}")
     results: dict[str, dict] = {}
     choice: dict | None = None
-    with tempfile.TemporaryDirectory(prefix="attnkit-flickr8k-") as scratch:
-        data = quick_subset(dataset, Path(scratch) / "data") if args.quick else dataset
-        epochs, minutes = (3, 1.0) if args.quick else (args.epochs, args.minutes)
-        test = read_caption_split(data, "test")
+    # --quick: a subset written in a fixed place under the run folder (the same files each time), so the runs'
+    # data.path, part of their digest, stays the same and --reuse finds them.
+    data = quick_subset(dataset, out / QUICK_DATA) if args.quick else dataset
+    epochs, minutes = (3, 1.0) if args.quick else (args.epochs, args.minutes)
+    test = read_caption_split(data, "test")
 
-        def train(name: str, stem: str, model_overrides: list[str], seed: int):
-            """Train (or with --reuse take or continue) one model into ``<out>/<stem>-seed<seed>-<training digest>``."""
-            overrides = [f"data.path={data}", f"train.epochs={epochs}", f"train.max_minutes={minutes}", f"train.seed={seed}", *model_overrides]
-            config = load_config(args.config, [*overrides, *args.overrides])  # the user's --set last: they win
-            folder = out / f"{stem}-seed{seed}-{training_digest(config)}"
-            config = load_config(args.config, [f"output_dir={folder}", *overrides, *args.overrides])
-            reusable = finished_run(out, config) if args.reuse else None
-            if reusable:
-                folder, progress = reusable
-                print(f"flickr8k ({mode}): reusing '{name}' (seed {seed}) from {folder}: the same config, trained to its end ({progress.epoch} epochs)")
-                return {"folder": folder, "config": config, "progress": progress, "wall": progress.seconds, "seed": seed, "origin": "reused"}
-            unfinished = cut_short_run(folder, config) if args.reuse else None
-            started = time.perf_counter()
-            if unfinished:
-                resume = load_checkpoint(unfinished, task="captioning")
-                print(f"flickr8k ({mode}): continuing '{name}' (seed {seed}) in {folder} from epoch {resume.training['progress']['epoch']}")
-                progress = train_captioning(config, resume=resume, progress_bar=not args.no_progress)
-            else:
-                print(f"flickr8k ({mode}): training '{name}' (seed {seed}) into {folder} (a run cut short there is replaced; --reuse continues it)")
-                progress = train_captioning(config, overwrite=True, progress_bar=not args.no_progress)
-            return {"folder": folder, "config": config, "progress": progress, "wall": time.perf_counter() - started, "seed": seed, "origin": "continued" if unfinished else "trained"}
+    def train(name: str, stem: str, model_overrides: list[str], seed: int):
+        """Train (or with --reuse take or continue) one model into ``<out>/<stem>-seed<seed>-<training digest>``."""
+        overrides = [f"data.path={data}", f"train.epochs={epochs}", f"train.max_minutes={minutes}", f"train.seed={seed}", *model_overrides]
+        config = load_config(args.config, [*overrides, *args.overrides])  # the user's --set last: they win
+        folder = out / f"{stem}-seed{seed}-{training_digest(config)}"
+        config = load_config(args.config, [f"output_dir={folder}", *overrides, *args.overrides])
+        reusable = finished_run(out, config) if args.reuse else None
+        if reusable:
+            folder, progress = reusable
+            print(f"flickr8k ({mode}): reusing '{name}' (seed {seed}) from {folder}: the same config, trained to its end ({progress.epoch} epochs)")
+            return {"folder": folder, "config": config, "progress": progress, "wall": progress.seconds, "seed": seed, "origin": "reused"}
+        unfinished = cut_short_run(folder, config) if args.reuse else None
+        started = time.perf_counter()
+        if unfinished:
+            resume = load_checkpoint(unfinished, task="captioning")
+            print(f"flickr8k ({mode}): continuing '{name}' (seed {seed}) in {folder} from epoch {resume.training['progress']['epoch']}")
+            progress = train_captioning(config, resume=resume, progress_bar=not args.no_progress)
+        else:
+            print(f"flickr8k ({mode}): training '{name}' (seed {seed}) into {folder} (a run cut short there is replaced; --reuse continues it)")
+            progress = train_captioning(config, overwrite=True, progress_bar=not args.no_progress)
+        return {"folder": folder, "config": config, "progress": progress, "wall": time.perf_counter() - started, "seed": seed, "origin": "continued" if unfinished else "trained"}
 
-        valid = read_caption_split(data, "valid")
+    valid = read_caption_split(data, "valid")
 
-        def captioner_of(run: dict) -> Captioner:
-            captioner = Captioner.from_checkpoint(run["folder"] / "best.pt", cache_dir=run["config"].data.feature_cache or None)
-            captioner.search = run["config"].search  # the decoding asked for now (a reused run saved the settings of its day)
-            return captioner
+    def captioner_of(run: dict) -> Captioner:
+        captioner = Captioner.from_checkpoint(run["folder"] / "best.pt", cache_dir=run["config"].data.feature_cache or None)
+        captioner.search = run["config"].search  # the decoding asked for now (a reused run saved the settings of its day)
+        return captioner
 
-        def validate(run: dict) -> dict:
-            """The best checkpoint on the validation photos at the widest beam: what --choose ranks by, as the target is measured."""
-            if "valid_widest" not in run:
-                scores = captioner_of(run).evaluate(valid, image_root(data), beam_size=max(beams), batch_size=64, meteor=False, log=lambda _: None)
-                run["valid_widest"] = {"bleu4_nltk": scores["bleu4_nltk"], "cider_d": scores["cider_d"], "beam": max(beams)}
-            return run["valid_widest"]
+    def validate(run: dict) -> dict:
+        """The best checkpoint on the validation photos at the widest beam: what --choose ranks by, as the target is measured."""
+        if "valid_widest" not in run:
+            scores = captioner_of(run).evaluate(valid, image_root(data), beam_size=max(beams), batch_size=64, meteor=False, log=lambda _: None)
+            run["valid_widest"] = {"bleu4_nltk": scores["bleu4_nltk"], "cider_d": scores["cider_d"], "beam": max(beams)}
+        return run["valid_widest"]
 
-        def evaluate(name: str, run: dict) -> dict:
-            config, progress, folder = run["config"], run["progress"], run["folder"]
-            captioner = captioner_of(run)
-            scores = {}
-            for beam in beams:
-                began = time.perf_counter()
-                scores[f"beam{beam}"] = captioner.evaluate(test, image_root(data), beam_size=beam, batch_size=64)
-                scores[f"beam{beam}"]["decode_seconds"] = round(time.perf_counter() - began, 1)
-            print(
-                f"{name} (seed {run['seed']}): "
-                + "; ".join(f"beam {beam} BLEU-4 {scores[f'beam{beam}']['bleu4_nltk']} (NLTK), CIDEr-D {scores[f'beam{beam}']['cider_d']}" for beam in beams)
-                + f"; {progress.epoch} epochs in {progress.seconds / 60:.1f} min"
-            )
-            return {
-                **scores,
-                "seed": run["seed"],
-                "run_dir": str(folder),
-                "valid_best_cider_d": round(progress.best_score, 2),  # greedy, the epoch kept
-                f"valid_beam{max(beams)}": validate(run),
-                "origin": run["origin"],  # trained by this run, reused (--reuse), or continued from where it was cut short
-                "train_minutes": round(progress.seconds / 60, 2),
-                "train_wall_minutes_with_setup": round(run["wall"] / 60, 2),
-                "epochs": progress.epoch,
-                "stop_reason": progress.stop_reason or "all epochs",
-                "parameters": count_parameters(captioner.model),
-                "trainable_parameters": sum(p.numel() for p in captioner.model.parameters() if p.requires_grad),
-            }
+    def evaluate(name: str, run: dict) -> dict:
+        config, progress, folder = run["config"], run["progress"], run["folder"]
+        captioner = captioner_of(run)
+        scores = {}
+        for beam in beams:
+            began = time.perf_counter()
+            scores[f"beam{beam}"] = captioner.evaluate(test, image_root(data), beam_size=beam, batch_size=64)
+            scores[f"beam{beam}"]["decode_seconds"] = round(time.perf_counter() - began, 1)
+        print(
+            f"{name} (seed {run['seed']}): "
+            + "; ".join(f"beam {beam} BLEU-4 {scores[f'beam{beam}']['bleu4_nltk']} (NLTK), CIDEr-D {scores[f'beam{beam}']['cider_d']}" for beam in beams)
+            + f"; {progress.epoch} epochs in {progress.seconds / 60:.1f} min"
+        )
+        return {
+            **scores,
+            "seed": run["seed"],
+            "run_dir": str(folder),
+            "valid_best_cider_d": round(progress.best_score, 2),  # greedy, the epoch kept
+            f"valid_beam{max(beams)}": validate(run),
+            "origin": run["origin"],  # trained by this run, reused (--reuse), or continued from where it was cut short
+            "train_minutes": round(progress.seconds / 60, 2),
+            "train_wall_minutes_with_setup": round(run["wall"] / 60, 2),
+            "epochs": progress.epoch,
+            "stop_reason": progress.stop_reason or "all epochs",
+            "parameters": count_parameters(captioner.model),
+            "trainable_parameters": sum(p.numel() for p in captioner.model.parameters() if p.requires_grad),
+        }
 
-        def summary(runs: list[dict]) -> dict:
-            """Per beam, the mean and spread over the seeds of each caption score."""
-            return {
-                f"beam{beam}": {metric: mean_and_spread([run[f"beam{beam}"][metric] for run in runs]) for metric in ("bleu4_nltk", "bleu4", "cider_d", "meteor")}
-                for beam in beams
-            }  # fmt: skip
+    def summary(runs: list[dict]) -> dict:
+        """Per beam, the mean and spread over the seeds of each caption score."""
+        return {
+            f"beam{beam}": {metric: mean_and_spread([run[f"beam{beam}"][metric] for run in runs]) for metric in ("bleu4_nltk", "bleu4", "cider_d", "meteor")}
+            for beam in beams
+        }  # fmt: skip
 
-        # The attention model: per --choose value one run per seed; the value best on validation (mean over the seeds) is tested.
-        trained = {}
-        for option in options:
-            key, _, value = option[0].partition("=") if option else ("", "", "")
-            stem = f"attention-{key.rpartition('.')[2]}={value}" if option else "attention"
-            trained[tuple(option)] = [train("attention", stem, option, seed) for seed in seeds]
-        option = [] if not args.choose else list(max(trained, key=lambda o: sum(validate(run)["cider_d"] for run in trained[o]) / len(trained[o])))
-        if args.choose:
-            widest = f"beam{max(beams)}"
-            choice = {
-                "key": args.choose.partition("=")[0], "chosen": option[0], "ranked_by": f"validation CIDEr-D at {widest}, mean over the seeds",
-                f"valid_{widest}": {o[0]: {m: mean_and_spread([validate(run)[m] for run in runs]) for m in ("cider_d", "bleu4_nltk")} for o, runs in trained.items()},
-                "valid_best_cider_d_greedy": {o[0]: mean_and_spread([run["progress"].best_score for run in runs]) for o, runs in trained.items()},
-            }  # fmt: skip
-            for value, figures in choice[f"valid_{widest}"].items():
-                print(f"validation at {widest}: {value}: CIDEr-D {figures['cider_d']['mean']}, BLEU-4 {figures['bleu4_nltk']['mean']} (NLTK; mean of {len(seeds)})")
-            print(f"chosen on validation (CIDEr-D at {widest}, mean over the seeds): {option[0]}")
-        runs = {"attention": [evaluate("attention", run) for run in trained[tuple(option)]]}
-        if not args.skip_ablation:
-            # The chosen value too, so the baseline differs from the tested model in its attention only.
-            runs["no_attention"] = [
-                evaluate("no_attention", train("no_attention", "no_attention", [*option, *MODELS["no_attention"]], seed)) for seed in seeds
-            ]
-        results = {name: {"runs": model_runs, "summary": summary(model_runs)} for name, model_runs in runs.items()}
-        test_images = len(test)
+    # The attention model: per --choose value one run per seed; the value best on validation (mean over the seeds) is tested.
+    trained = {}
+    for option in options:
+        key, _, value = option[0].partition("=") if option else ("", "", "")
+        stem = f"attention-{key.rpartition('.')[2]}={value}" if option else "attention"
+        trained[tuple(option)] = [train("attention", stem, option, seed) for seed in seeds]
+    option = [] if not args.choose else list(max(trained, key=lambda o: sum(validate(run)["cider_d"] for run in trained[o]) / len(trained[o])))
+    if args.choose:
+        widest = f"beam{max(beams)}"
+        choice = {
+            "key": args.choose.partition("=")[0], "chosen": option[0], "ranked_by": f"validation CIDEr-D at {widest}, mean over the seeds",
+            f"valid_{widest}": {o[0]: {m: mean_and_spread([validate(run)[m] for run in runs]) for m in ("cider_d", "bleu4_nltk")} for o, runs in trained.items()},
+            "valid_best_cider_d_greedy": {o[0]: mean_and_spread([run["progress"].best_score for run in runs]) for o, runs in trained.items()},
+        }  # fmt: skip
+        for value, figures in choice[f"valid_{widest}"].items():
+            print(f"validation at {widest}: {value}: CIDEr-D {figures['cider_d']['mean']}, BLEU-4 {figures['bleu4_nltk']['mean']} (NLTK; mean of {len(seeds)})")
+        print(f"chosen on validation (CIDEr-D at {widest}, mean over the seeds): {option[0]}")
+    runs = {"attention": [evaluate("attention", run) for run in trained[tuple(option)]]}
+    if not args.skip_ablation:
+        # The chosen value too, so the baseline differs from the tested model in its attention only.
+        runs["no_attention"] = [
+            evaluate("no_attention", train("no_attention", "no_attention", [*option, *MODELS["no_attention"]], seed)) for seed in seeds
+        ]
+    results = {name: {"runs": model_runs, "summary": summary(model_runs)} for name, model_runs in runs.items()}
+    test_images = len(test)
 
     widest = f"beam{max(beams)}"
     attention = results["attention"]["summary"][widest]

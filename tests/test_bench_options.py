@@ -1,0 +1,153 @@
+"""The benchmarks in bench/: a mistake in their options is one message and exit 2 before any work."""
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnkit.errors import run_cli
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    """``bench(name)``: the benchmark's module, imported from bench/ (forgotten afterwards)."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    imported = []
+
+    def load(name):
+        imported.append(name)
+        return importlib.import_module(name)
+
+    yield load
+    for name in imported:
+        sys.modules.pop(name, None)
+
+
+def exit_code(main, argv) -> int:
+    """What the script's ``run_cli(main)`` exits with: argparse's own refusals exit 2 themselves."""
+    try:
+        return run_cli(main, argv)
+    except SystemExit as exit:
+        return exit.code
+
+
+def refuse_work(monkeypatch, module, *names):
+    for name in names:
+        monkeypatch.setattr(module, name, lambda *_a, _name=name, **_k: pytest.fail(f"{_name} ran before the options were checked"))
+
+
+# ---------------------------------------------------------------- bench/demo_recipe.py
+
+
+@pytest.fixture
+def demo_recipe(bench, monkeypatch):
+    module = bench("demo_recipe")
+    refuse_work(monkeypatch, module, "generate_scenes", "write_scene_dataset", "train_multitask", "evaluate_scenes")
+    return module
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--candidate", "a: scenes=abc"], "scenes must be a whole number"),
+        (["--candidate", "a: scenes=0"], "scenes must be a whole number"),
+        (["--candidate", "a: train.epochs"], "is not KEY=VALUE"),
+        (["--candidate", "no colon"], "NAME: KEY=VALUE"),
+        (["--candidate", "a: train.epochs=2", "--candidate", "a: train.epochs=3"], "two candidates are named 'a'"),
+        (["--candidate", "a b:", "--candidate", "a-b:"], "another candidate's"),
+        (["--candidate", "a: train.no_such_key=1"], "no_such_key"),
+        (["--valid", "0"], "--valid"),
+        (["--valid", "-3"], "--valid"),
+        (["--minutes", "0"], "--minutes"),
+        (["--minutes", "-1"], "--minutes"),
+        (["--minutes", "soon"], "--minutes"),
+    ],
+)
+def test_demo_recipe_refuses_bad_options_before_any_work(demo_recipe, tmp_path, capsys, argv, message):
+    assert exit_code(demo_recipe.main, ["--out", str(tmp_path / "out"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_demo_recipe_places_its_feature_cache_where_asked(demo_recipe, tmp_path, monkeypatch):
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def train(config, **_):
+        seen["cache"] = config.data.feature_cache
+        raise Stop
+
+    monkeypatch.setattr(demo_recipe, "generate_scenes", lambda *_a, **_k: [])
+    monkeypatch.setattr(demo_recipe, "write_scene_dataset", lambda folder, *_a, **_k: (Path(folder) / "captions").mkdir(parents=True))
+    monkeypatch.setattr(demo_recipe, "train_multitask", train)
+    monkeypatch.setattr(demo_recipe, "busy_cores", lambda *_: None)
+    with pytest.raises(Stop):
+        demo_recipe.main(["--out", str(tmp_path / "out"), "--candidate", "a:", "--cache", str(tmp_path / "features")])
+    assert seen["cache"] == str(tmp_path / "features")
+    with pytest.raises(Stop):
+        demo_recipe.main(["--out", str(tmp_path / "out"), "--candidate", "a:"])
+    assert seen["cache"] == str(tmp_path / "out" / "features")  # never the checkout's cache/features
+
+
+# ---------------------------------------------------------------- bench/flickr8k.py
+
+
+@pytest.fixture
+def flickr8k(bench, monkeypatch):
+    module = bench("flickr8k")
+    refuse_work(monkeypatch, module, "ensure_dataset", "train_captioning")
+    return module
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--choose", "train.lr=0.1,0.1"], "names 0.1 twice"),
+        (["--choose", "train.lr=0.1,0.10"], "train the same model"),
+        (["--epochs", "0"], "--epochs"),
+        (["--minutes", "-1"], "--minutes"),
+    ],
+)
+def test_flickr8k_refuses_bad_options_before_any_work(flickr8k, capsys, argv, message):
+    assert exit_code(flickr8k.main, argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_flickr8k_quick_data_stays_in_one_place_so_reuse_finds_its_runs(bench, monkeypatch, tmp_path):
+    """--quick writes its subset under the run folder, the same each call: the runs' data.path and digest do not change."""
+    from attnkit.data.captions import CaptionedImage, write_caption_dataset
+
+    flickr8k = bench("flickr8k")
+    dataset = tmp_path / "root" / "data" / "flickr8k"  # a prepared dataset stand-in: the quick subset only reads its splits
+    images = [CaptionedImage(f"photo{i}.jpg", [f"a dog number {i}"]) for i in range(5)]
+    write_caption_dataset(dataset, {"train": images, "valid": images[:2], "test": images[:2]}, tmp_path / "images")
+    config = str(Path(__file__).resolve().parents[1] / "tasks/configs/flickr8k.yaml")
+    monkeypatch.setattr(flickr8k, "ROOT", tmp_path / "root")
+    monkeypatch.setattr(flickr8k, "busy_cores", lambda *_: None)
+
+    class Stop(Exception):
+        pass
+
+    seen = []
+
+    def train(config, **_):
+        seen.append(config)
+        raise Stop
+
+    monkeypatch.setattr(flickr8k, "train_captioning", train)
+    out = tmp_path / "out"
+    for _ in range(2):
+        with pytest.raises(Stop):
+            flickr8k.main(["--quick", "--reuse", "--skip-ablation", "--seeds", "0", "--config", config, "--out", str(out)])
+    first, second = seen
+    assert first.data.path == second.data.path == str(out / flickr8k.QUICK_DATA)
+    assert (out / flickr8k.QUICK_DATA / "dataset.json").is_file()  # still there for the runs that name it
+    assert flickr8k.training_digest(first) == flickr8k.training_digest(second)
+    assert first.output_dir == second.output_dir
