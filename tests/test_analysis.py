@@ -15,6 +15,7 @@ from attnkit.analysis import (
     EMITTING,
     READING,
     forced_attention,
+    is_punctuation,
     word_attention,
     image_grounding,
     localisation,
@@ -214,3 +215,28 @@ def test_joined_sources_score_the_same_way():
         span_weights(lengths, 4)
     with pytest.raises(ValueError, match="quadrants 0-3"):
         quadrant_weights((7, 7), 4)
+
+
+# hand-made tokens: (token, is punctuation, its word group)
+PUNCTUATION_CASES = [
+    ("$", True, "punctuation"),  # a currency symbol (Unicode Sc): punctuation for both now, once not for the head statistics
+    ("+", True, "punctuation"),  # a maths symbol (Sm): likewise
+    ("\u2581", False, "content"),  # sentencepiece's word mark alone: nothing left, so not punctuation (the word groups once said it was)
+    ("\u2581,", True, "punctuation"),  # a comma that starts a word
+    ("\u2026", True, "punctuation"),  # one ellipsis character
+    ("-", True, "punctuation"),
+    ("'s", False, "function"),  # a letter makes it a word
+    ("\u00e7a", False, "content"),  # ça: a letter outside ASCII
+    ("2", False, "content"),  # a digit
+]
+
+
+@pytest.mark.parametrize("token, punctuation, group", PUNCTUATION_CASES)
+def test_one_punctuation_rule_serves_the_word_groups_and_the_head_statistics(token, punctuation, group):
+    from attnkit.comparison import word_group
+    from attnkit.vocab import Vocabulary
+
+    assert is_punctuation(token) is punctuation
+    assert word_group(token, Vocabulary.build([[token]])) == group
+    assert not is_punctuation("")
+

@@ -8,14 +8,14 @@ from collections.abc import Sequence
 
 import torch
 
-from attnkit.analysis import EMITTING, IMPORTANCE_FORMS, Agreement, Erasure, agreement, agreement_means, erasure_means, summarise
+from attnkit.analysis import EMITTING, IMPORTANCE_FORMS, Agreement, Erasure, agreement, agreement_means, erasure_means, is_punctuation, summarise
 from attnkit.comparison.core import MODALITIES, AttentionComparer, Comparison
 from attnkit.vocab import Vocabulary
 
 
-# Closed-class English words: articles, prepositions, conjunctions, pronouns, auxiliaries. Everything else with
-# a letter or digit is a content word; tokens without one are punctuation. (English: the target language of
-# every recipe that captions.)
+# Closed-class English words: articles, prepositions, conjunctions, pronouns, auxiliaries. Punctuation is what
+# attnkit.analysis.is_punctuation says (no letter or digit); everything else is a content word. (English: the
+# target language of every recipe that captions.)
 FUNCTION_WORDS = frozenset(
     "a an the this that these those some any each every another other "
     "of in on at to from by with without for into onto over under above below near behind between through across "
@@ -30,7 +30,7 @@ def word_group(word: str, *vocabularies: Vocabulary) -> str | None:
     """content / function / punctuation; None for a word outside any of ``vocabularies`` (its attention is not the word's)."""
     if any(word not in vocab for vocab in vocabularies):
         return None
-    if not any(character.isalnum() for character in word):
+    if is_punctuation(word):
         return "punctuation"
     return "function" if word in FUNCTION_WORDS else "content"
 
