@@ -26,6 +26,7 @@ import torch
 
 from attnkit.captioning import Captioner
 from attnkit.checkpoint import load_checkpoint
+from attnkit.cli import non_negative_int
 from attnkit.config import ExperimentConfig, from_dict
 from attnkit.data.captions import image_root, read_caption_split
 from attnkit.distributed import choose_threads
@@ -43,9 +44,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--split", default="valid", help="valid (default) or test: choose on valid")
     parser.add_argument("--beams", default="1,3,5")
     parser.add_argument("--alphas", default="0,0.5,1,2", help="GNMT length penalties, comma-separated (>= 0)")
-    parser.add_argument("--limit", type=int, default=0, help="the first N images of the split (0: all)")
+    parser.add_argument("--limit", type=non_negative_int, default=0, help="the first N images of the split (0: all)")
     parser.add_argument("--cache", default="cache/features", help="feature cache of a frozen encoder ('' for none)")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: the usable cores; 1 beside another job)")
+    parser.add_argument("--threads", type=non_negative_int, default=0, help="torch CPU threads (0: the usable cores; 1 beside another job)")
     add_device_argument(parser)
     return parser
 

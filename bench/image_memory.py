@@ -41,7 +41,7 @@ from pathlib import Path
 from attnkit.analysis import IMPORTANCE_FORMS
 from attnkit.captioning import Captioner, train_captioning
 from attnkit.checkpoint import load_checkpoint
-from attnkit.cli import check_output_folder, positive_int
+from attnkit.cli import check_output_folder, positive_int, positive_number
 from attnkit.comparison import caption_attention_study
 from attnkit.config import load_config
 from attnkit.data.captions import image_root, read_caption_split, write_caption_dataset
@@ -127,7 +127,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", action="append", default=[], metavar="'NAME: PATH'", help="a captioner trained elsewhere, measured as it is")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override of every trained candidate")
     parser.add_argument("--epochs", type=positive_int, default=10, help="epochs of each candidate (the same for all)")
-    parser.add_argument("--minutes", type=float, default=60.0, help="safety cap on each candidate's training time")
+    parser.add_argument("--minutes", type=positive_number, default=60.0, help="safety cap on each candidate's training time")
     parser.add_argument("--photos", type=positive_int, default=None, help="measure on the first N validation photos (default all)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the mosaics and of the random cells erased")
     parser.add_argument("--evaluate-only", action="store_true", help="measure the candidates an earlier run left in --out (no training)")

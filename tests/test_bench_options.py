@@ -15,15 +15,14 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 def bench(monkeypatch):
     """``bench(name)``: the benchmark's module, imported from bench/ (forgotten afterwards)."""
     monkeypatch.syspath_prepend(str(BENCH))
-    imported = []
 
     def load(name):
-        imported.append(name)
         return importlib.import_module(name)
 
     yield load
-    for name in imported:
-        sys.modules.pop(name, None)
+    for name, module in list(sys.modules.items()):  # the script and the bench/ modules it imported (flickr8k, machine)
+        if Path(getattr(module, "__file__", None) or "/").parent == BENCH:
+            sys.modules.pop(name, None)
 
 
 def exit_code(main, argv) -> int:
@@ -151,3 +150,31 @@ def test_flickr8k_quick_data_stays_in_one_place_so_reuse_finds_its_runs(bench, m
     assert (out / flickr8k.QUICK_DATA / "dataset.json").is_file()  # still there for the runs that name it
     assert flickr8k.training_digest(first) == flickr8k.training_digest(second)
     assert first.output_dir == second.output_dir
+
+
+# ---------------------------------------------------------------- bench/caption_search.py and bench/image_memory.py
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--limit", "-5"], "--limit: must be at least 0"),
+        (["--threads", "-3"], "--threads: must be at least 0"),
+        (["--limit", "many"], "--limit"),
+    ],
+)
+def test_caption_search_refuses_bad_options_before_any_work(bench, monkeypatch, capsys, argv, message):
+    module = bench("caption_search")
+    refuse_work(monkeypatch, module, "load_checkpoint", "busy_cores")
+    assert exit_code(module.main, ["--checkpoint", "never-read.pt", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("minutes", ["-1", "0", "an hour"])
+def test_image_memory_refuses_a_budget_that_is_not_above_zero(bench, monkeypatch, tmp_path, capsys, minutes):
+    module = bench("image_memory")
+    refuse_work(monkeypatch, module, "train_captioning", "busy_cores")
+    assert exit_code(module.main, ["--minutes", minutes, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "--minutes" in err and "Traceback" not in err
