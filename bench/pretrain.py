@@ -217,9 +217,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_summary:
         return 0
     summary = summarise(out, args.figure)
+    # --summarise reads arms that other processes ran and that have ended: the load it samples is the machine's after
+    # them, never the load they started under, so it is not given as busy_cores_before.
+    load = {"busy_cores_after_arms": busy_before} if args.summarise else {}
     return print_result({"benchmark": "pretrain", "mode": "quick" if args.quick else "full", "minutes_per_arm": args.minutes,
                          "pretrain_share": args.pretrain_share, "frozen_steps": args.frozen_steps, "slice": args.slice,
-                         "config": args.config, "overrides": args.overrides, "run_dir": str(out), **summary}, busy_before)  # fmt: skip
+                         "config": args.config, "overrides": args.overrides, "run_dir": str(out), **load, **summary},
+                        None if args.summarise else busy_before)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -178,3 +178,14 @@ def test_image_memory_refuses_a_budget_that_is_not_above_zero(bench, monkeypatch
     assert exit_code(module.main, ["--minutes", minutes, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "--minutes" in err and "Traceback" not in err
+
+
+def test_pretrain_summary_does_not_call_the_load_after_the_arms_the_load_before_them(bench, monkeypatch, tmp_path):
+    """bench/pretrain.py --summarise runs once the arms (other processes) have ended: what it samples is the load after them."""
+    module = bench("pretrain")
+    printed = {}
+    monkeypatch.setattr(module, "busy_cores", lambda *_: 0.5)
+    monkeypatch.setattr(module, "summarise", lambda *_: {"comparison": {}})
+    monkeypatch.setattr(module, "print_result", lambda result, busy: printed.update(result=result, busy=busy) or 0)
+    assert module.main(["--summarise", "--out", str(tmp_path)]) == 0
+    assert printed["busy"] is None and printed["result"]["busy_cores_after_arms"] == 0.5
