@@ -298,6 +298,19 @@ def test_importance_maps_of_both_modalities_come_with_their_agreement(scenes, jo
     torch.testing.assert_close(plain_text.memory, comparer.translator.encode_words([compared[0].source_words]).memory)
 
 
+def test_compare_on_a_one_word_source_writes_strict_json_with_null_where_nothing_was_measured(scenes, joint_comparer, tmp_path):
+    from attnkit.commands import compare
+
+    _, checkpoint = joint_comparer
+    out = tmp_path / "one-word"
+    image = scenes / "images" / "test-00000.png"
+    assert compare.main(["--checkpoint", str(checkpoint), "--image", str(image), "--source", "cercle", "--target", "a red circle", "--out", str(out)]) == 0
+    text = (out / "statistics.json").read_text(encoding="utf-8")
+    statistics = json.loads(text, parse_constant=lambda constant: pytest.fail(f"bare {constant} in statistics.json: jq and JSON.parse refuse it"))
+    erased = statistics["erasure"]["text"]  # one source word: nothing to remove against another, nothing to flip
+    assert erased["flip_share"] is None and erased["peak_drop"] is None and erased["random_drop"] is None
+
+
 def test_a_mosaic_comparison_keeps_each_inputs_positions_and_scores_its_own(scenes, joint_comparer):
     import torch
 

@@ -3,6 +3,9 @@
 The bytes reach the disk before the rename (``fsync`` of the file) and the rename reaches
 it after (``fsync`` of the folder), so even a power loss leaves the old file or the new
 one, never an empty or partial one.
+
+Every JSON the package writes goes through :func:`json_text` (or :func:`write_json_atomic`): strict JSON
+(RFC 8259), which ``jq`` and ``JSON.parse`` read, with NaN and infinities written as null.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
+import math
 import os
 from collections.abc import Iterator
 from functools import lru_cache
@@ -75,6 +80,29 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     with atomic_path(path) as temporary:
         temporary.write_text(text, encoding="utf-8")
     return Path(path)
+
+
+def json_text(obj, indent: int | None = None) -> str:
+    """``obj`` as strict JSON text: NaN and infinities become null (Python's ``json`` would write bare ``NaN``,
+    which no other reader accepts), and ``allow_nan=False`` makes any non-finite number left an error here
+    rather than a file that programs cannot read. Text stays as it is (UTF-8, not ``\\u`` escapes)."""
+    return json.dumps(_finite(obj), indent=indent, ensure_ascii=False, allow_nan=False)
+
+
+def _finite(obj):
+    """``obj`` with every non-finite float replaced by None (mappings, lists and tuples walked through)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {key: _finite(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(value) for value in obj]
+    return obj
+
+
+def write_json_atomic(path: str | Path, obj, indent: int | None = 2) -> Path:
+    """``obj`` as strict JSON (:func:`json_text`) to ``path`` atomically, ending in a newline."""
+    return write_text_atomic(path, json_text(obj, indent) + "\n")
 
 
 @lru_cache(maxsize=8)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 from pathlib import Path
 
 from torch import Tensor
@@ -38,7 +37,7 @@ from attnkit.comparison import (
 )
 from attnkit.data.scenes import generate_scenes
 from attnkit.errors import UserError
-from attnkit.files import write_text_atomic
+from attnkit.files import json_text, write_json_atomic, write_text_atomic
 from attnkit.viz import display_image, overlays, plot_cross_modal, plot_distributions, plot_head_tables, plot_importance
 
 SCENE_SPLITS = ("test", "compositional")  # in-distribution held-out scenes, then unseen colour-shape pairs
@@ -290,7 +289,7 @@ def render_report(image, comparison: Comparison, statistics: dict, title: str = 
     head_choices = f'<p class="heads">{head_choices}</p>' if head_choices else ""
     height, width = comparison.grid
     target = " ".join(w for w in comparison.target_words[:-1])
-    steps_json = json.dumps(steps).replace("</", "<\\/")  # no "</script>" inside the script element
+    steps_json = json_text(steps).replace("</", "<\\/")  # no "</script>" inside the script element
     document = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title><style>{STYLE}</style></head>
 <body>
@@ -311,7 +310,7 @@ def render_report(image, comparison: Comparison, statistics: dict, title: str = 
 <table><tr><th>target word</th><th>image entropy</th><th>image peak</th><th>image eff. cells</th><th>text entropy</th><th>text peak</th><th>text eff. words</th>{erasure_heads}</tr>{rows}</table>
 <table><tr><th>modality</th><th>entropy (nats)</th><th>peak</th><th>effective positions</th><th>entropy / log L</th><th>positions L</th></tr>{means}</table>
 <script type="application/json" id="steps">{steps_json}</script>
-<script type="application/json" id="grid">{json.dumps([height, width])}</script>
+<script type="application/json" id="grid">{json_text([height, width])}</script>
 <script>{SCRIPT}</script>
 </body></html>
 """
@@ -365,7 +364,7 @@ def _write_comparison_files(image, comparison: Comparison, extra: dict, out: Pat
         (out / "importance.png").unlink(missing_ok=True)
     html = write_report(out / "report.html", image, comparison, statistics)
     record = {"target": sentence, **extra, "source_words": comparison.source_words, "grid": list(comparison.grid), **statistics}
-    stats = write_text_atomic(out / "statistics.json", json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    stats = write_json_atomic(out / "statistics.json", record)
     log(f"target: {sentence}\nimage attention: {statistics['image']}\ntext attention:  {statistics['text']}")
     if "agreement" in statistics:
         log("attention against importance, rank correlation (shuffled attention): " + ", ".join(
@@ -403,7 +402,7 @@ def compare_scenes(
         first, *erasure = describe_scene_result(result)
         log("\n".join([f"{split}: {first}", *erasure]))
     out.mkdir(parents=True, exist_ok=True)
-    metrics_json = write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    metrics_json = write_json_atomic(out / "metrics.json", metrics)
     series = {
         f"{statistic.replace('_', ' ')}": {f"{modality} ({split})": distributions[split][f"{modality}_{statistic}"] for split in SCENE_SPLITS for modality in ("image", "text")}
         for statistic in ("normalised_entropy", "peak")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from pathlib import Path
 import torch
 
 from attnkit.errors import UserError
-from attnkit.files import temporary_files, write_text_atomic
+from attnkit.files import json_text, temporary_files, write_text_atomic
 from attnkit.watch import EVENT_FILES, FOLDER as TENSORBOARD
 
 try:
@@ -142,4 +141,4 @@ class RunFolder:
 
     def write_log(self, records: list[dict]) -> None:
         """log.jsonl as one JSON line per epoch, replaced whole (it is rebuilt from the checkpoint's history)."""
-        write_text_atomic(self.path / "log.jsonl", "".join(json.dumps(record) + "\n" for record in records))
+        write_text_atomic(self.path / "log.jsonl", "".join(json_text(record) + "\n" for record in records))

@@ -19,7 +19,6 @@ a caption file in the Flickr8k format (``image#k<TAB>caption``).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +29,7 @@ from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
 from attnkit.cli import check_input_file, check_output_file, check_output_folder, input_lines, non_negative_int, positive_int, warn_overlong_sources
 from attnkit.data.text import read_parallel
 from attnkit.errors import UserError
+from attnkit.files import json_text
 from attnkit.model import MULTITASK
 from attnkit.translation import TASK as TRANSLATION, Translator
 
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     checkpoint = load_checkpoint(args.checkpoint)
     task = chosen_task(args, checkpoint.task)
     result = evaluate_translation(args, checkpoint) if task == TRANSLATION else evaluate_captioning(args, checkpoint)
-    print(json.dumps({"checkpoint": args.checkpoint, **result}, ensure_ascii=False))
+    print(json_text({"checkpoint": args.checkpoint, **result}))
     return 0
 
 

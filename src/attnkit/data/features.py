@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from attnkit.data.images import ImageSource, MosaicFile, load_image_source, open_rgb
-from attnkit.files import save_torch_atomic, write_text_atomic
+from attnkit.files import save_torch_atomic, write_json_atomic
 from attnkit.precision import without_autocast
 
 FORMAT_VERSION = 1
@@ -75,7 +75,7 @@ class FeatureCache:
         self.folder.mkdir(parents=True, exist_ok=True)
         info = self.folder / "encoder.json"
         if not info.exists():
-            write_text_atomic(info, json.dumps(identity, indent=2) + "\n")
+            write_json_atomic(info, identity)
         self.stats = CacheStats()
 
     def kept_in_memory(self) -> "FeatureCache":

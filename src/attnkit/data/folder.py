@@ -7,14 +7,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from attnkit.errors import UserError
-from attnkit.files import write_text_atomic
+from attnkit.files import write_json_atomic
 
 INFO_FILE = "dataset.json"
 
 
 def write_dataset_info(folder: Path, info: Mapping[str, object]) -> None:
     """Written last by the writers, so a folder with a dataset.json is complete."""
-    write_text_atomic(folder / INFO_FILE, json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+    write_json_atomic(folder / INFO_FILE, info)
 
 
 def read_dataset_info(folder: str | Path, task: str | None = None) -> dict:

@@ -1,0 +1,47 @@
+"""files.py: every JSON the package writes is strict JSON (no bare NaN or Infinity), through one helper."""
+
+import ast
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from attnkit.files import json_text, write_json_atomic
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def strict(text: str):
+    """json.loads as jq and JSON.parse read: NaN, Infinity and -Infinity are errors."""
+    return json.loads(text, parse_constant=lambda constant: pytest.fail(f"bare {constant} in the JSON"))
+
+
+def test_non_finite_numbers_are_written_as_null_at_any_depth(tmp_path):
+    record = {"flip_share": math.nan, "drops": [1.5, math.inf, (-math.inf, 2)], "nested": {"peak": {"rho": float("nan")}}, "word": "cœur"}
+    assert strict(json_text(record)) == {"flip_share": None, "drops": [1.5, None, [None, 2]], "nested": {"peak": {"rho": None}}, "word": "cœur"}
+    path = write_json_atomic(tmp_path / "statistics.json", record)
+    text = path.read_text(encoding="utf-8")
+    assert text.endswith("}\n") and "cœur" in text and strict(text)["flip_share"] is None
+
+
+def test_every_json_the_package_writes_goes_through_the_one_helper():
+    """No json.dump / json.dumps in src/, tasks/ and data_scripts/ but files.py's and two that write no file."""
+    not_written = {
+        "src/attnkit/data/features.py": "json.dumps(identity, sort_keys=True)",  # hashed into the cache's key
+        "src/attnkit/train.py": "json.loads(json.dumps(metrics))",  # plain Python values, in memory
+    }
+    switched_apart = {"src/attnkit/serve.py", "src/attnkit/commands/serve.py", "src/attnkit/commands/demo.py", "src/attnkit/cli.py"}  # issue 44: their owner moves them to json_text
+    found = []
+    for folder in ("src", "tasks", "data_scripts"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            name = path.relative_to(ROOT).as_posix()
+            if name == "src/attnkit/files.py" or name in switched_apart:
+                continue
+            lines = path.read_text(encoding="utf-8").splitlines()
+            for node in ast.walk(ast.parse("\n".join(lines))):
+                called = node.func if isinstance(node, ast.Call) else None
+                if isinstance(called, ast.Attribute) and called.attr in ("dump", "dumps") and isinstance(called.value, ast.Name) and called.value.id == "json":
+                    if not_written.get(name, "\0") not in lines[node.lineno - 1]:
+                        found.append(f"{name}:{node.lineno}")
+    assert not found, f"JSON written without attnkit.files.json_text: {found}"
