@@ -208,3 +208,41 @@ def test_a_report_with_a_one_word_source_has_no_importance_there_and_still_works
     path = write_report(tmp_path / "report.html", Image.new("RGB", (64, 64), (90, 120, 90)), one_word, statistics)
     steps = re.search(r'<script type="application/json" id="steps">(.*?)</script>', path.read_text(), re.S).group(1)
     json.loads(steps, parse_constant=lambda constant: pytest.fail(f"{constant} in the report's data: JSON.parse would throw"))
+
+
+HOSTILE = "<!--<script>"  # opens an HTML comment, then a script: unescaped, it swallows every script after it
+
+
+def _comparison_with_a_hostile_word() -> Comparison:
+    """_comparison_with_importance() over the source "un <!--<script> cercle", with a target word of <, > and & too:
+    the importance of "red" peaks on the hostile word, so the report's data carries it."""
+    return replace(_comparison_with_importance(), source_words=["un", HOSTILE, "cercle"], target_words=["a", "red", "<b>&amp;", "<eos>"])
+
+
+def test_the_reports_data_holds_no_angle_bracket_or_ampersand_and_reads_back_the_same(tmp_path):
+    comparison = _comparison_with_a_hostile_word()
+    path = write_report(tmp_path / "report.html", Image.new("RGB", (64, 64)), comparison, comparison.statistics())
+    for data in re.findall(r'<script type="application/json" id="\w+">(.*?)</script>', path.read_text(), re.S):
+        assert not set("<>&") & set(data)  # each written as \u003c, \u003e, \u0026
+    steps = _report_steps(path)
+    assert steps[1]["importance"]["input"]["text"]["peak"] == HOSTILE and steps[2]["word"] == "<b>&amp;"
+
+
+def test_a_source_word_that_opens_a_comment_and_a_script_leaves_the_reports_buttons_working(tmp_path):
+    comparison = _comparison_with_a_hostile_word()
+    path = write_report(tmp_path / "report.html", Image.new("RGB", (64, 64), (90, 120, 90)), comparison, comparison.statistics())
+    browser = _browser()
+    from selenium.webdriver.common.by import By
+
+    try:
+        browser.get(path.resolve().as_uri())
+        assert browser.find_element(By.ID, "current-word").text == "a"  # the scripts ran: they show the first word
+        words = browser.find_elements(By.CSS_SELECTOR, "button.word")
+        assert [w.text for w in words] == comparison.target_words
+        words[2].click()
+        assert browser.find_element(By.ID, "current-word").text == "<b>&amp;"
+        heights = [float(browser.find_element(By.ID, f"bar-{s}").get_attribute("style").split("height:")[1].split("%")[0]) for s in range(3)]
+        assert heights == pytest.approx([20.0, 20.0, 60.0], abs=0.1)  # the third word's attention over the source
+        assert [label.text for label in browser.find_elements(By.CSS_SELECTOR, "#source-bars .label")] == ["un", HOSTILE, "cercle"]
+    finally:
+        browser.quit()

@@ -204,6 +204,13 @@ def _importance_steps(image, comparison: Comparison, statistics: dict) -> list[d
     return steps
 
 
+def embedded_json(obj) -> str:
+    """``obj`` as JSON for a ``<script type="application/json">`` element: every ``<``, ``>`` and ``&`` written as
+    ``\\u003c``, ``\\u003e``, ``\\u0026`` (the same string to JSON.parse), so that no text in it can end the element
+    (``</script>``) or open a comment (``<!--<script>``) that swallows the report's own scripts."""
+    return json_text(obj).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
 REPORT_TITLE = "attnkit: attention over an image and over a sentence"
 
 
@@ -289,7 +296,6 @@ def render_report(image, comparison: Comparison, statistics: dict, title: str = 
     head_choices = f'<p class="heads">{head_choices}</p>' if head_choices else ""
     height, width = comparison.grid
     target = " ".join(w for w in comparison.target_words[:-1])
-    steps_json = json_text(steps).replace("</", "<\\/")  # no "</script>" inside the script element
     document = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title><style>{STYLE}</style></head>
 <body>
@@ -309,8 +315,8 @@ def render_report(image, comparison: Comparison, statistics: dict, title: str = 
 </div>
 <table><tr><th>target word</th><th>image entropy</th><th>image peak</th><th>image eff. cells</th><th>text entropy</th><th>text peak</th><th>text eff. words</th>{erasure_heads}</tr>{rows}</table>
 <table><tr><th>modality</th><th>entropy (nats)</th><th>peak</th><th>effective positions</th><th>entropy / log L</th><th>positions L</th></tr>{means}</table>
-<script type="application/json" id="steps">{steps_json}</script>
-<script type="application/json" id="grid">{json_text([height, width])}</script>
+<script type="application/json" id="steps">{embedded_json(steps)}</script>
+<script type="application/json" id="grid">{embedded_json([height, width])}</script>
 <script>{SCRIPT}</script>
 </body></html>
 """
