@@ -81,6 +81,26 @@ def test_a_missing_tensorboard_package_is_one_message_before_any_work(toy_data, 
     assert not run.exists()
 
 
+@pytest.mark.parametrize("unusable, message", [("file", "is a file, not a folder"), ("dangling link", "is a link to nowhere/events, which does not exist")])
+def test_a_file_or_a_dangling_link_where_the_events_go_is_one_message_before_training(toy_data, tmp_path, capsys, unusable, message):
+    from attnkit.commands import train
+    from attnkit.errors import run_cli
+    from conftest import ROOT
+
+    run = tmp_path / "run"
+    run.mkdir()
+    if unusable == "file":
+        (run / FOLDER).write_text("x\n")
+    else:
+        (run / FOLDER).symlink_to("nowhere/events")
+    argv = ["--config", str(ROOT / "tasks/configs/tiny.yaml"), "--no-progress", *(a for o in [f"data.path={toy_data}", f"output_dir={run}", "train.epochs=1", "train.tensorboard=true"] for a in ("--set", o))]
+    assert run_cli(train.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: train.tensorboard: {run / FOLDER} {message}") and "Traceback" not in err
+    assert "move it away, or set train.tensorboard=false" in err
+    assert sorted(p.name for p in run.iterdir()) == [FOLDER]  # refused before training: no checkpoint, no log
+
+
 def test_scalars_take_every_number_of_an_epoch_s_record_and_nothing_else():
     record = {"epoch": 3, "step": 9, "train_loss": 2.5, "train_ppl": 12.2, "train_tokens_per_s": 900.0, "lr": 0.001, "epoch_seconds": 4.0,
               "valid": {"bleu": 12.5, "score": 12.5, "signature": "x", "flag": True}, "best": True}  # fmt: skip

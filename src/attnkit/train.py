@@ -37,7 +37,7 @@ from attnkit.distributed import Distributed, ShardedBatchSampler, autocast, choo
 from attnkit.errors import UserError
 from attnkit.optim import LearningRateSchedule
 from attnkit.run_folder import RunFolder, epoch_checkpoint_name
-from attnkit.watch import DrawAttention, TensorBoardLog, summary_writer_class
+from attnkit.watch import DrawAttention, TensorBoardLog, check_tensorboard
 
 Evaluate = Callable[[nn.Module], dict[str, Any]]
 BatchesFor = Callable[[int], torch.utils.data.Sampler]  # global batch size -> an epoch's batches (with set_epoch)
@@ -407,7 +407,7 @@ def train_recipe(
         if resume is not None:  # before any work: a changed architecture may fit the saved weights by chance
             resume.refuse_another_model(config)
         if config.train.tensorboard and distributed.is_main:
-            summary_writer_class()  # a missing tensorboard package is said before any work
+            check_tensorboard(config.run_dir)  # a missing package, or a file where the events go, is said before any work
         threads = choose_threads(config.train.threads, distributed.local_world_size)
         torch.set_num_threads(threads)
         log(f"{config.task} on {device}" + (f", rank 0 of {distributed.world_size}" if distributed.enabled else "") + f", {threads} CPU thread(s)")

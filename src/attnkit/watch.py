@@ -12,6 +12,7 @@ redoes (TensorBoard's ``purge_step``), so each epoch shows once.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +40,20 @@ def summary_writer_class() -> type:
             "or set train.tensorboard=false"
         ) from None
     return SummaryWriter
+
+
+def check_tensorboard(run_dir: str | Path) -> None:
+    """Before any work: the tensorboard package is there, and ``<run>/tensorboard`` can hold the events (the writer
+    makes that folder only at the first epoch it logs, so a file or a dangling link there would fail a whole epoch in)."""
+    summary_writer_class()
+    folder = Path(run_dir) / FOLDER
+    way_out = "move it away, or set train.tensorboard=false"
+    if folder.is_symlink() and not folder.exists():
+        raise UserError(f"train.tensorboard: {folder} is a link to {os.readlink(folder)}, which does not exist (the events go there); {way_out}")
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"train.tensorboard: {folder} is a file, not a folder (the events go there); {way_out}")
+    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"train.tensorboard: {folder}: permission denied (the events cannot be written there)")
 
 
 def scalars(record: dict[str, Any]) -> dict[str, float]:
