@@ -3,10 +3,14 @@ its message (and stays up), two requests at once, never a file on the server; in
 and a typed sentence give the report, whose words switch the maps."""
 
 import io
+import socket
+import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -15,9 +19,10 @@ from attnkit.config import load_config
 from attnkit.data.scenes import generate_scenes, write_scene_dataset
 from attnkit.errors import run_cli
 from attnkit.multitask import train_multitask
-from attnkit.serve import Models, TryPage, make_server
+from attnkit.serve import Models, TryPage, form_fields, make_server, size_text
 
 BOUNDARY = "attnkit-test-boundary"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +106,7 @@ def test_the_form_a_photo_a_sentence_and_both(serving):
     [
         (dict(photo=b"this is not a picture"), {}, 400, "not an image file"),
         (dict(photo=b""), {}, 400, "drop a photo or type a sentence"),
-        (dict(photo=b"x" * 60_000), dict(max_upload_bytes=50_000), 413, "over the limit of 0.05 MB"),
+        (dict(photo=b"x" * 60_000), dict(max_upload_bytes=50_000), 413, "over the limit of 50 kB"),
         (dict(photo="scene"), dict(max_pixels=1000), 400, "64x64 pixels is over the limit of 1,000"),
         (dict(sentence="   "), {}, 400, "drop a photo or type a sentence"),
         (dict(sentence="zzz qqq xxyy"), {}, 400, "the sentence:"),
@@ -147,37 +152,140 @@ def test_the_command_refuses_bad_options_with_one_message(capsys, tmp_path):
     assert capsys.readouterr().err.startswith("error: ")
     assert run_cli(serve_command.main, []) == 2
     assert "give --checkpoint" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        serve_command.get_args_parser().parse_args(["--checkpoint", "x", "--port", "70000"])
+    for option, message in [
+        (["--port", "70000"], "must be between 0 and 65535"),
+        (["--max-upload-mb", "inf"], "must be a finite number"),
+        (["--max-upload-mb", "nan"], "must be a finite number"),
+        (["--timeout", "-1"], "must be greater than 0"),
+        (["--max-connections", "0"], "must be at least 1"),
+    ]:
+        with pytest.raises(SystemExit):
+            serve_command.get_args_parser().parse_args(["--checkpoint", "x", *option])
+        assert f"argument {option[0]}: {message}" in capsys.readouterr().err
 
 
-def test_in_a_browser_a_photo_and_a_sentence_give_the_report(serving, tmp_path):
-    from test_report import _browser
+def test_sizes_are_said_in_the_unit_that_shows_them():
+    assert [size_text(n) for n in (0, 950, 1000, 50_000, 1_500_000, 20e6, 2.5e9)] == ["0 B", "950 B", "1 kB", "50 kB", "1.5 MB", "20 MB", "2.5 GB"]
 
-    browser = _browser()  # skips, saying why, when Chromium is missing
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
+def raw_exchange(url: str, request: bytes, then: bytes = b"", shut: bool = True) -> bytes:
+    """Send ``request`` (and ``then``) on a socket of its own, half-close it, and read the whole answer."""
+    host, port = url.split("//")[1].strip("/").rsplit(":", 1)
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=60) as connection:
+        connection.sendall(request + then)
+        if shut:
+            connection.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize(("length", "status"), [("-1", 400), ("-2", 400), ("abc", 400), ("+5", 400), ("1_000", 400), (None, 411)])
+def test_a_length_that_is_not_a_number_of_bytes_is_refused_before_the_body_is_read(serving, length, status):
     url = serving()
-    photo, french = scene_png()
-    (tmp_path / "scene.png").write_bytes(photo)
-    (tmp_path / "notes.txt").write_text("not a photo")
-    try:
-        browser.get(url)
-        browser.find_element(By.ID, "photo").send_keys(str(tmp_path / "scene.png"))
-        browser.find_element(By.ID, "sentence").send_keys(french)
-        browser.find_element(By.ID, "go").click()
-        WebDriverWait(browser, 120).until(lambda b: b.find_elements(By.CSS_SELECTOR, "button.word"))
-        assert browser.find_element(By.ID, "caption").text and browser.find_element(By.ID, "translation").text
-        words = browser.find_elements(By.CSS_SELECTOR, "button.word")
-        shown = browser.find_element(By.ID, "image-map")
-        first = shown.get_attribute("src")
-        words[-1].click()
-        assert browser.find_element(By.ID, "current-word").text == words[-1].text and (len(words) == 1 or shown.get_attribute("src") != first)
+    head = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+    head += b"" if length is None else f"Content-Length: {length}\r\n".encode()
+    started = time.perf_counter()
+    answer = raw_exchange(url, head + b"\r\n", then=b"x" * 2_000_000, shut=False)  # the server closes first
+    assert answer.startswith(f"HTTP/1.0 {status}".encode()) and b"Content-Length" in answer and time.perf_counter() - started < 10
+    assert fetch(url)[0] == 200
 
-        browser.find_element(By.ID, "photo").send_keys(str(tmp_path / "notes.txt"))  # a bad upload: the message on the page
-        browser.find_element(By.ID, "go").click()
-        WebDriverWait(browser, 60).until(lambda b: b.find_elements(By.ID, "error"))
-        assert "not an image file" in browser.find_element(By.ID, "error").text
+
+def test_a_client_that_hangs_up_costs_one_log_line_not_a_traceback(models, capfd):
+    lines = []
+    server = make_server(TryPage(models), "127.0.0.1", 0, log=lines.append)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = "http://127.0.0.1:{}/".format(server.server_address[1])
+    try:
+        for _ in range(5):  # a client that sends its request and goes: the answer meets a closed socket
+            with socket.create_connection(("127.0.0.1", server.server_address[1])) as connection:
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")  # close with a reset
+                connection.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert fetch(url)[0] == 200
+        time.sleep(0.5)
     finally:
-        browser.quit()
+        server.shutdown()
+        server.server_close()
+    assert "Traceback" not in capfd.readouterr().err and all("\n" not in line for line in lines)
+
+
+def test_connections_past_the_limit_are_answered_busy_and_a_stalled_one_is_cut(models):
+    server = make_server(TryPage(models), "127.0.0.1", 0, max_connections=1, timeout=1.0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        stalled = socket.create_connection(("127.0.0.1", port))
+        stalled.sendall(b"POST / HTTP/1.1\r\nHost: x\r\n")  # half its headers, then silence: it holds the one connection
+        time.sleep(0.2)
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as another:  # answered on arrival
+            assert another.recv(1000).startswith(b"HTTP/1.1 503")
+        assert stalled.recv(100) == b""  # past the timeout the server closed it, and frees its place
+        stalled.close()
+        time.sleep(0.2)
+        assert fetch(url)[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_upload_that_stops_halfway_is_cut_at_the_timeout(models):
+    server = make_server(TryPage(models), "127.0.0.1", 0, timeout=1.0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+            connection.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 1000\r\n\r\n--b")
+            started = time.perf_counter()
+            assert connection.recv(100).startswith(b"HTTP/1.0 408") and time.perf_counter() - started < 10
+        assert fetch(f"http://127.0.0.1:{port}/")[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_ipv6_host_is_served_on_ipv6(models):
+    if not socket.has_ipv6:
+        pytest.skip("this Python has no IPv6")
+    try:
+        server = make_server(TryPage(models), "::1", 0)
+    except OSError as error:
+        pytest.skip(f"this machine has no IPv6 loopback ({error})")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert fetch(f"http://[::1]:{server.server_address[1]}/")[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_form_is_read_part_by_part():
+    body = (
+        b"preamble\r\n--b\r\nContent-Disposition: form-data; name=\"photo\"; filename=\"a.png\"\r\n\r\nPNG\r\n-b\r\n"
+        b"--b\r\nContent-Disposition: form-data; name=\"sentence\"\r\n\r\nun cercle\r\n--b--\r\n"
+    )
+    assert form_fields("multipart/form-data; boundary=b", body) == {"photo": (b"PNG\r\n-b", "a.png"), "sentence": (b"un cercle", None)}
+    for broken in (b"", b"--b\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\nno end", b"no delimiter at all"):
+        with pytest.raises(Exception, match="the form could not be read"):
+            form_fields("multipart/form-data; boundary=b", broken)
+    with pytest.raises(Exception, match="without a boundary"):
+        form_fields("multipart/form-data", body)
+
+
+def test_many_large_photos_at_once_stay_within_one_requests_memory(joint, monkeypatch):
+    """Six 4000 x 4000 PNGs at once: the server's peak stays near one photo's work, far under six side by side.
+    One photo's work is about 2.6 decoded photos (the decoded photo, its RGB copy, the figures: 125 MB here);
+    what the allocator keeps between requests adds up to as much again (BENCHMARKS.md, "attnkit serve's memory",
+    measures it at 7900 x 7900)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads the server's memory from /proc")
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import serve_memory
+
+    side, clients = 4000, 6
+    one_photo_mb = 2.6 * side * side * 3 / 1e6
+    result = serve_memory.measure_server(str(joint), {"pixels": [serve_memory.uniform_png(side)] * clients})
+    load = result["loads"]["pixels"]
+    assert load["statuses"] == [200] * clients
+    assert load["rise_mb"] < 2.4 * one_photo_mb < clients * one_photo_mb  # one request's work at a time, not six

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -47,11 +48,13 @@ non_negative_int = int_in_range(0)
 
 
 def positive_number(text: str) -> float:
-    """An argparse ``type=``: a number greater than 0."""
+    """An argparse ``type=``: a finite number greater than 0 (``inf`` and ``nan`` are refused: no limit is endless)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
     return value

@@ -13,16 +13,23 @@ on the page with status 400 (413 for too large), and the server stays up.
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
+import socket
+import sys
 import tempfile
 import threading
+import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from email.message import Message
 from email.parser import BytesParser
 from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import parse_qs, urlsplit
 
 from attnkit.captioning import Captioner, draw_caption_attention
@@ -31,6 +38,18 @@ from attnkit.data.images import MAX_PIXELS, rgb_from_bytes
 from attnkit.errors import UserError
 from attnkit.report import STYLE, render_report
 from attnkit.translation import Translator, draw_translation_attention
+
+MAX_CONNECTIONS = 16  # connections served at once; one more is answered 503
+SOCKET_TIMEOUT = 30.0  # seconds a read or a write may wait on a client
+MIN_UPLOAD_BYTES_PER_S = 100_000  # an upload slower than this (past the timeout) is cut: it holds a connection
+SPOOL_IN_MEMORY = 1 << 20  # a waiting body's bytes kept in memory; the rest waits on disk
+CHUNK_BYTES = 1 << 16
+MAX_PARTS, MAX_PART_HEADER_BYTES = 16, 16_384  # the page's form has two parts with a line of header each
+BUSY_TEXT = b"The page is busy: try again in a moment.\n"
+BUSY_ANSWER = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: 5\r\n"
+    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(BUSY_TEXT), BUSY_TEXT)
+)
 
 FORM_STYLE = """
 .try { border: 1px solid #bbb; border-radius: 6px; padding: 0.8em 1em; margin-bottom: 1.2em; background: #fafafa; }
@@ -107,15 +126,50 @@ def form_fields(content_type: str, body: bytes) -> dict[str, tuple[bytes, str | 
         return {name: (values[0].encode("utf-8"), None) for name, values in found.items()}
     if kind != "multipart/form-data":
         raise BadRequest("send the form as multipart/form-data (the page's form does)")
-    message = BytesParser(policy=HTTP).parsebytes(b"Content-Type: " + content_type.encode("latin-1") + b"\r\nMIME-Version: 1.0\r\n\r\n" + body)
-    if not message.is_multipart():
+    header = Message()
+    header["Content-Type"] = content_type
+    boundary = header.get_param("boundary")
+    if not isinstance(boundary, str) or not 0 < len(boundary) <= 70:  # RFC 2046: 1 to 70 characters
+        raise BadRequest("the form could not be read (multipart/form-data without a boundary)")
+    return multipart_fields(body, boundary.encode("latin-1"))
+
+
+def multipart_fields(body: bytes, boundary: bytes) -> dict[str, tuple[bytes, str | None]]:
+    """The parts of a ``multipart/form-data`` body (RFC 7578), read in place: each field's bytes are one slice of
+    ``body``, so the form costs about its own size again (``email``'s parser held about ten times the body)."""
+    first, delimiter = b"--" + boundary, b"\r\n--" + boundary
+    if body.startswith(first):
+        position = len(first)
+    elif (found := body.find(delimiter)) >= 0:  # after a preamble
+        position = found + len(delimiter)
+    else:
         raise BadRequest("the form could not be read (a multipart body without its parts)")
-    fields = {}
-    for part in message.iter_parts():
-        name = part.get_param("name", header="content-disposition")
-        if name:
-            fields[name] = (part.get_payload(decode=True) or b"", part.get_filename())
+    fields: dict[str, tuple[bytes, str | None]] = {}
+    while not body.startswith(b"--", position):  # "--boundary--" closes the form
+        line_end = body.find(b"\r\n", position)  # the rest of the delimiter's line (transport padding)
+        headers_end = body.find(b"\r\n\r\n", line_end) if line_end >= 0 else -1
+        content_end = body.find(delimiter, headers_end + 4) if headers_end >= 0 else -1
+        if content_end < 0 or headers_end - line_end > MAX_PART_HEADER_BYTES or len(fields) >= MAX_PARTS:
+            raise BadRequest("the form could not be read (a part without its end, too long a header or too many parts)")
+        headers = BytesParser(policy=HTTP).parsebytes(body[line_end + 2 : headers_end + 4], headersonly=True)
+        name = headers.get_param("name", header="content-disposition")
+        if isinstance(name, str) and name:
+            fields[name] = (body[headers_end + 4 : content_end], headers.get_filename())
+        position = content_end + len(delimiter)
     return fields
+
+
+def size_text(count: float) -> str:
+    """A number of bytes in the unit that shows it: 950 B, 50 kB, 1.5 MB, 2 GB (powers of 1000, as the option's MB)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g} {unit}"
+    return f"{count:.0f} B"
+
+
+def _read_from_start(file: BinaryIO) -> bytes:
+    file.seek(0)
+    return file.read()
 
 
 def _png_data_url(path: Path) -> str:
@@ -131,7 +185,10 @@ class TryPage:
         self.max_upload_bytes = max_upload_bytes
         self.max_pixels = max_pixels
         self.importance = importance
-        self.lock = threading.Lock()  # one request's model work at a time
+        # One thread does every request's parse, decode and model work, one request at a time. One thread, not a lock
+        # shared by the connections' threads: the C allocator keeps a pool per thread, and what a decoded photo
+        # freed in each pool stayed taken, so memory grew with the clients that had ever sent one.
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnkit-model")
 
     def form(self, error: str = "", sentence: str = "") -> str:
         escape = html.escape
@@ -142,7 +199,7 @@ class TryPage:
             f'<label>Sentence: <input type="text" name="sentence" id="sentence" value="{escape(sentence)}" autocomplete="off"></label><br>'
         )  # fmt: skip
         message = f'<p class="error" id="error">{escape(error)}</p>' if error else ""
-        limits = f"photos up to {self.max_upload_bytes / 1e6:g} MB and {self.max_pixels / 1e6:g} M pixels"
+        limits = f"photos up to {size_text(self.max_upload_bytes)} and {self.max_pixels / 1e6:g} M pixels"
         return (
             f'<div class="try"><p>This model {escape(self.models.describe())}.</p>{message}'
             f'<form method="post" action="/" enctype="multipart/form-data">{photo}{text}'
@@ -156,8 +213,14 @@ class TryPage:
             f"<body><h1>attnkit: try a model</h1>{self.form(error, sentence)}{results}</body></html>\n"
         )
 
+    def answer_form(self, content_type: str, body: BinaryIO) -> str:
+        """The page for a POSTed form whose body waits in ``body`` (spooled to disk past a megabyte). Its parse,
+        the photo's decoding and the model work run one request at a time, so the memory they take is one request's
+        however many clients send at once (raises BadRequest / UserError with what to tell the user)."""
+        return self.worker.submit(lambda: self.answer(form_fields(content_type, _read_from_start(body)))).result()
+
     def answer(self, fields: dict[str, tuple[bytes, str | None]]) -> str:
-        """The page for a submitted form (raises BadRequest / UserError with what to tell the user)."""
+        """The page for a submitted form's fields (run by the one worker: see :meth:`answer_form`)."""
         photo, name = fields.get("photo", (b"", None))
         try:
             sentence = fields.get("sentence", (b"", None))[0].decode("utf-8").strip()
@@ -170,8 +233,7 @@ class TryPage:
         if sentence and self.models.translator is None:
             raise BadRequest("this model does not translate sentences (it has no text encoder)")
         image = rgb_from_bytes(photo, name or "the photo", self.max_pixels) if photo else None  # ImageError: a UserError
-        with self.lock:
-            return self._results(image, sentence)
+        return self._results(image, sentence)
 
     def _results(self, image, sentence: str) -> str:
         escape = html.escape
@@ -198,15 +260,40 @@ class TryPage:
         return self.page(results=summary + pictures, sentence=sentence)
 
 
-def make_server(page: TryPage, host: str = "127.0.0.1", port: int = 8000, log: Callable[[str], None] | None = None) -> ThreadingHTTPServer:
-    """A server for ``page`` on ``host:port`` (port 0: any free one); ``serve_forever()`` runs it."""
+def make_server(
+    page: TryPage,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log: Callable[[str], None] | None = None,
+    max_connections: int = MAX_CONNECTIONS,
+    timeout: float = SOCKET_TIMEOUT,
+) -> ThreadingHTTPServer:
+    """A server for ``page`` on ``host:port`` (port 0: any free one; an IPv6 host such as ``::1`` listens on IPv6);
+    ``serve_forever()`` runs it.
+
+    What a request can cost is bounded: at most ``max_connections`` connections are served at once (one more is
+    answered 503 at once), a connection silent for ``timeout`` seconds or slower than that to send its body is
+    closed, a body goes to a spooled file (a megabyte in memory, the rest on disk) while it waits its turn, and only
+    then, one request at a time, is it parsed, decoded and run (:meth:`TryPage.answer_form`).
+    """
+    say = log or (lambda line: None)
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "attnkit"
 
+        def setup(self) -> None:
+            self.timeout = timeout  # StreamRequestHandler sets it on the socket: no read or write waits longer
+            super().setup()
+
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except (ConnectionError, TimeoutError) as error:  # the client hung up or stalled: its answer has no reader
+                say(f"{self.client_address[0]} gone before its answer ({type(error).__name__})")
+                self.close_connection = True
+
         def log_message(self, format: str, *args) -> None:  # noqa: A002  (BaseHTTPRequestHandler's name)
-            if log is not None:
-                log(f"{self.address_string()} {format % args}")
+            say(f"{self.address_string()} {format % args}")
 
         def _send(self, status: int, document: str) -> None:
             body = document.encode("utf-8")
@@ -214,8 +301,15 @@ def make_server(page: TryPage, host: str = "127.0.0.1", port: int = 8000, log: C
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(body)
+
+        def _refuse(self, status: int, error: str) -> None:
+            """Answer before reading the body (or after reading it away) and close: what is left unread is not ours."""
+            self.close_connection = True
+            self._send(status, page.page(error=error))
 
         def do_GET(self) -> None:
             if urlsplit(self.path).path != "/":
@@ -224,34 +318,77 @@ def make_server(page: TryPage, host: str = "127.0.0.1", port: int = 8000, log: C
 
         def do_POST(self) -> None:
             if urlsplit(self.path).path != "/":
-                return self._send(404, page.page(error="send the form to /"))
-            try:
-                length = int(self.headers.get("Content-Length", ""))
-            except ValueError:
-                self.close_connection = True
-                return self._send(411, page.page(error="the request has no length (Content-Length)"))
+                return self._refuse(404, "send the form to /")
+            if "Transfer-Encoding" in self.headers:  # chunked bodies have no length to check first
+                return self._refuse(411, "send the form with a Content-Length, not in chunks")
+            declared = self.headers.get("Content-Length")
+            if declared is None:
+                return self._refuse(411, "the request has no length (Content-Length)")
+            if not declared.isascii() or not declared.isdigit():  # int() would take "-1", "+5", " 7" and "1_000"
+                return self._refuse(400, f"the request's length (Content-Length) is not a number of bytes: {declared[:40]!r}")
+            length = int(declared)
             if length > page.max_upload_bytes:
                 self._discard(length)
-                return self._send(413, page.page(error=f"the upload is {length / 1e6:.1f} MB, over the limit of {page.max_upload_bytes / 1e6:g} MB"))
-            try:
-                fields = form_fields(self.headers.get("Content-Type", ""), self.rfile.read(length))
-                document, status = page.answer(fields), 200
-            except BadRequest as error:
-                document, status = page.page(error=str(error)), error.status
-            except UserError as error:  # an image that cannot be used, ...
-                document, status = page.page(error=str(error)), 400
-            except Exception as error:  # the server stays up; the page and the log say what failed
-                traceback.print_exc()
-                document, status = page.page(error=f"the model failed on this input ({type(error).__name__}: {error})"), 500
+                return self._refuse(413, f"the upload is {size_text(length)}, over the limit of {size_text(page.max_upload_bytes)}")
+            with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY) as body:
+                if not self._receive(length, body):
+                    return self._refuse(408, f"the upload did not arrive within {timeout:g} s")
+                try:
+                    document, status = page.answer_form(self.headers.get("Content-Type", ""), body), 200
+                except BadRequest as error:
+                    document, status = page.page(error=str(error)), error.status
+                except UserError as error:  # an image that cannot be used, ...
+                    document, status = page.page(error=str(error)), 400
+                except Exception as error:  # the server stays up; the page and the log say what failed
+                    traceback.print_exc()
+                    document, status = page.page(error=f"the model failed on this input ({type(error).__name__}: {error})"), 500
             self._send(status, document)
 
+        def _receive(self, length: int, into: BinaryIO) -> bool:
+            """Copy ``length`` bytes of body into ``into`` a chunk at a time; False if the client ends early or is too slow."""
+            deadline = time.monotonic() + max(timeout, length / MIN_UPLOAD_BYTES_PER_S)
+            while length > 0:
+                try:
+                    chunk = self.rfile.read1(min(length, CHUNK_BYTES))
+                except TimeoutError:  # silent for the whole timeout
+                    return False
+                if not chunk or time.monotonic() > deadline:
+                    return False
+                into.write(chunk)
+                length -= len(chunk)
+            return True
+
         def _discard(self, length: int) -> None:
-            """Read an oversized body away (up to 64 MB) so the client gets the answer, then close the connection."""
-            self.close_connection = True
+            """Read an oversized body away (up to 64 MB) so that the client sees the answer rather than a reset."""
             left = min(length, 64_000_000)
-            while left > 0 and (chunk := self.rfile.read(min(left, 1 << 20))):
+            while left > 0 and (chunk := self.rfile.read1(min(left, CHUNK_BYTES))):
                 left -= len(chunk)
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    return server
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        slots = threading.BoundedSemaphore(max_connections)
+
+        def process_request(self, request, client_address) -> None:
+            if not self.slots.acquire(blocking=False):  # full: say so now rather than queue without bound
+                with contextlib.suppress(OSError):
+                    request.sendall(BUSY_ANSWER)
+                self.shutdown_request(request)
+                say(f"{client_address[0]} answered 503: {max_connections} connections already in service")
+                return
+            super().process_request(request, client_address)
+
+        def process_request_thread(self, request, client_address) -> None:
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                self.slots.release()
+
+        def handle_error(self, request, client_address) -> None:  # one line, not the traceback socketserver prints
+            kind, error, _ = sys.exc_info()
+            if isinstance(error, (ConnectionError, TimeoutError)):
+                say(f"{client_address[0]} gone ({kind.__name__})")
+            else:
+                super().handle_error(request, client_address)
+
+    return Server((host, port), Handler)

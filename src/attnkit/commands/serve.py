@@ -14,12 +14,14 @@ the model). Ctrl-C stops it. Bad uploads get their message on the page and the s
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Sequence
 
 from attnkit.cli import int_in_range, positive_number
 from attnkit.data.images import MAX_PIXELS
 from attnkit.errors import UserError
+from attnkit.serve import MAX_CONNECTIONS, SOCKET_TIMEOUT, Models, TryPage, make_server
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -31,6 +33,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int_in_range(0, 65535), default=8000, help="the port (0: any free one; the address is printed)")
     parser.add_argument("--max-upload-mb", type=positive_number, default=20.0, help="largest request accepted, in MB")
     parser.add_argument("--max-pixels", type=int_in_range(1), default=MAX_PIXELS, help="largest photo accepted, in pixels (width x height)")
+    parser.add_argument("--max-connections", type=int_in_range(1), default=MAX_CONNECTIONS, help="connections served at once; one more is answered 503 (busy)")
+    parser.add_argument("--timeout", type=positive_number, default=SOCKET_TIMEOUT, help="seconds a client may keep the server waiting in a read or a write")
     parser.add_argument("--no-importance", action="store_true", help="compare without the importance maps (faster: a backbone pass per grid cell saved)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--quiet", action="store_true", help="no line per request")
@@ -38,17 +42,19 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from attnkit.serve import Models, TryPage, make_server
-
     args = get_args_parser().parse_args(argv)
     models = Models.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device)
-    page = TryPage(models, max_upload_bytes=int(args.max_upload_mb * 1e6), max_pixels=args.max_pixels, importance=not args.no_importance)
+    page = TryPage(models, max_upload_bytes=max(1, round(args.max_upload_mb * 1e6)), max_pixels=args.max_pixels, importance=not args.no_importance)
     try:
-        server = make_server(page, args.host, args.port, log=None if args.quiet else lambda line: print(line, file=sys.stderr))
+        server = make_server(
+            page, args.host, args.port, log=None if args.quiet else lambda line: print(line, file=sys.stderr), max_connections=args.max_connections, timeout=args.timeout
+        )
     except OSError as error:
-        raise UserError(f"cannot listen on {args.host}:{args.port}: {error.strerror or error} (choose another --port, or 0 for any free one)") from None
+        hint = "choose another --port, or 0 for any free one" if error.errno == errno.EADDRINUSE else "check --host: an address of this machine, e.g. 127.0.0.1 or ::1"
+        raise UserError(f"cannot listen on {args.host} port {args.port}: {error.strerror or error} ({hint})") from None
     host, port = server.server_address[:2]
-    print(f"attnkit serve: this model {models.describe()}; open http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/ (Ctrl-C stops)", flush=True)
+    shown = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    print(f"attnkit serve: this model {models.describe()}; open http://{f'[{shown}]' if ':' in shown else shown}:{port}/ (Ctrl-C stops)", flush=True)
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: listening on {host}: anyone who can reach this machine on port {port} can use the model", file=sys.stderr)
     try:
