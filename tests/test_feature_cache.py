@@ -9,6 +9,7 @@ from PIL import Image
 from attnkit.config import ImageEncoderConfig
 from attnkit.data.features import FeatureCache, encoder_identity
 from attnkit.encoders.image import ImageEncoder
+from attnkit.files import file_digest
 
 
 def _photos(folder, count=3):
@@ -65,6 +66,22 @@ def test_hits_return_the_computed_features_and_changes_invalidate(tmp_path, weig
     edited = FeatureCache(tmp_path / "cache", encoder_identity(encoder))
     edited.get(photos, encoder.grid_features)
     assert (edited.stats.hits, edited.stats.misses) == (2, 1)
+
+
+def test_an_image_is_known_by_its_bytes_not_its_path_or_time(tmp_path, weights):
+    """The demo writes its generated scenes anew each run: the same bytes, a new modification time, must hit."""
+    import shutil
+
+    photos = _photos(tmp_path)
+    encoder = _encoder(weights)
+    first = FeatureCache(tmp_path / "cache", encoder_identity(encoder)).get(photos, encoder.grid_features)
+    for photo in photos:  # written again, identically
+        photo.write_bytes(photo.read_bytes())
+        os.utime(photo, ns=(10**18, 10**18))
+    copied = shutil.copy(photos[0], tmp_path / "elsewhere.png")
+    again = FeatureCache(tmp_path / "cache", encoder_identity(encoder))
+    assert torch.equal(again.get([*photos, copied], encoder.grid_features), torch.cat([first, first[:1]]))
+    assert (again.stats.hits, again.stats.misses) == (4, 0)
 
 
 def test_cached_features_give_the_encoder_output_of_the_pixels(tmp_path, weights):
@@ -148,7 +165,5 @@ def test_a_mosaic_is_cached_as_its_pixels_and_photos_keep_their_keys(tmp_path, w
     reordered = MosaicFile((photos[1], photos[0], photos[2], photos[3]))  # another arrangement is another image
     cache.get([sheet, reordered], encoder.grid_features)
     assert (cache.stats.hits, cache.stats.misses) == (1, 3)
-    # A photo's entry is named as before mosaics existed, so existing caches stay valid.
-    stat = photos[0].stat()
-    old_key = hashlib.sha256(f"{photos[0].resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:24]
-    assert (cache.folder / f"{old_key}.pt").is_file()
+    # A photo's entry is named by its bytes' digest.
+    assert (cache.folder / f"{hashlib.sha256(file_digest(photos[0]).encode()).hexdigest()[:24]}.pt").is_file()

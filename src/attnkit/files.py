@@ -108,6 +108,11 @@ def write_json_atomic(path: str | Path, obj, indent: int | None = 2) -> Path:
 @lru_cache(maxsize=8)
 def file_digest(path: str | Path) -> str:
     """SHA-256 of a file's bytes (remembered per path for the process: weights files do not change under a run)."""
+    return content_digest(path)
+
+
+def content_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, read now."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):

@@ -11,9 +11,11 @@ pooled grid, or (C', H', W') the frozen prefix's map when the last blocks fine-t
   random backbone is never cached), image size, grid size, input
   normalisation and this module's format version. Another backbone, grid or
   weights file therefore lands in another folder: stale features are never read.
-* The **image key** hashes the image's absolute path, size and modification
-  time: an edited image is a miss. A training mosaic (:class:`~attnkit.data.images.MosaicFile`)
-  hashes its four photos' keys in quadrant order.
+* The **image key** is the SHA-256 of the image file's bytes: an edited image is a miss, and the same
+  photo written again (the demo's generated scenes, a restored checkout: a new modification time) or
+  found at another path is a hit. A training mosaic (:class:`~attnkit.data.images.MosaicFile`) hashes
+  its four photos' keys in quadrant order. Each file is read once per process for its key (a file whose
+  path, size and modification time have not changed keeps the digest it had).
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ import torch
 from torch import Tensor
 
 from attnkit.data.images import ImageSource, MosaicFile, load_image_source, open_rgb
-from attnkit.files import save_torch_atomic, write_json_atomic
+from attnkit.files import content_digest, save_torch_atomic, write_json_atomic
 from attnkit.precision import without_autocast
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: images keyed by their bytes (1: by path, size and modification time)
 
 
 def encoder_identity(encoder) -> dict:
@@ -132,8 +134,14 @@ class FeatureCache:
 
 
 def _file_key(image: ImageSource) -> str:
-    """What identifies an image file's content: its absolute path, size and modification time (a mosaic: its photos')."""
+    """What identifies an image's content: the SHA-256 of its file's bytes (a mosaic: its photos' in order)."""
     if isinstance(image, MosaicFile):
         return "mosaic|" + "|".join(_file_key(photo) for photo in image.photos)
     stat = image.stat()
-    return f"{image.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    seen = (str(image.resolve()), stat.st_size, stat.st_mtime_ns)
+    if seen not in _DIGESTS:
+        _DIGESTS[seen] = content_digest(image)
+    return _DIGESTS[seen]
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> content digest, so a file is hashed once per process
