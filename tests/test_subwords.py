@@ -10,7 +10,8 @@ from attnkit.checkpoint import load_checkpoint, save_checkpoint
 from attnkit.config import TokenizerConfig, load_config
 from attnkit.data.text import write_parallel_dataset
 from attnkit.errors import UserError
-from attnkit.translation import Translator, subword_tokenizers, train_translation
+from attnkit.text_pipeline import subword_tokenizers
+from attnkit.translation import Translator, train_translation
 from attnkit.vocab import SubwordModel, Tokenizer, Vocabulary
 
 SUBJECTS = ["The cat", "My brother", "Anna", "Our teacher", "The old man", "Tom's dog"]

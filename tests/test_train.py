@@ -100,7 +100,7 @@ def toy_trainer(config, pairs, run_dir, score: float):
     from attnkit.losses import Seq2SeqObjective
     from attnkit.model import build_translation_model
     from attnkit.train import CheckpointContents, Trainer
-    from attnkit.translation import TextPipeline
+    from attnkit.text_pipeline import TextPipeline
 
     pipeline = TextPipeline.build(config, pairs, "src", "tgt")
     model = build_translation_model(config, pipeline.source_vocab, pipeline.target_vocab)

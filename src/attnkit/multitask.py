@@ -36,7 +36,8 @@ from attnkit.losses import Seq2SeqObjective
 from attnkit.model import MULTITASK, build_multitask_model, describe_parameters
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
 from attnkit.supervision import describe_gold
-from attnkit.translation import TextPipeline, translation_attention_drawer, translation_training_set, translation_validation
+from attnkit.text_pipeline import TextPipeline
+from attnkit.translation import translation_attention_drawer, translation_training_set, translation_validation
 
 TASK = MULTITASK
 

@@ -39,8 +39,8 @@ from attnkit.errors import UserError
 from attnkit.interfaces import PaddedTokens
 from attnkit.losses import LossOutput
 from attnkit.model import describe_parameters
+from attnkit.text_pipeline import TextPipeline, describe_subwords
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
-from attnkit.translation import TextPipeline, describe_subwords
 from attnkit.vocab import SPECIALS, Vocabulary
 
 TASK = "pretrain"
