@@ -298,6 +298,23 @@ def test_importance_maps_of_both_modalities_come_with_their_agreement(scenes, jo
     torch.testing.assert_close(plain_text.memory, comparer.translator.encode_words([compared[0].source_words]).memory)
 
 
+def test_scene_evaluation_shows_its_progress_scene_by_scene_unless_told_not_to(joint_comparer, capsys):
+    from attnkit.comparison import evaluate_scenes
+    from attnkit.data.scenes import generate_scenes
+
+    comparer, _ = joint_comparer
+    scenes = generate_scenes(3, 0, "test", 64)
+    done = []
+    comparer.compare([s.image() for s in scenes], [s.sentences[0].french_text for s in scenes], [s.sentences[0].english_text for s in scenes], each=lambda: done.append(1))
+    assert len(done) == 3  # once per example, as each is done
+    capsys.readouterr()
+    shown = evaluate_scenes(comparer, scenes, batch_size=2, importance=False, progress=True)
+    assert "scenes compared" in capsys.readouterr().err  # the bar, on standard error
+    hidden = evaluate_scenes(comparer, scenes, batch_size=2, importance=False, progress=False)
+    assert "scenes compared" not in capsys.readouterr().err
+    assert hidden["grounding"] == shown["grounding"]  # the bar changes nothing measured
+
+
 def test_compare_on_a_one_word_source_writes_strict_json_with_null_where_nothing_was_measured(scenes, joint_comparer, tmp_path):
     from attnkit.commands import compare
 

@@ -10,7 +10,7 @@ it over four inputs side by side (a 2 x 2 mosaic of photos and four joined sourc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,7 +209,7 @@ class AttentionComparer:
 
     def compare(
         self, images: Sequence[ImageInput], sources: Sequence[str], targets: Sequence[str] | None = None, erase: bool = True, heads: bool = False,
-        importance: bool = False,
+        importance: bool = False, each: Callable[[], object] | None = None,
     ) -> list[Comparison]:  # fmt: skip
         """Force each target (default: the caption decoded from the image) through both encoders' outputs.
 
@@ -220,6 +220,7 @@ class AttentionComparer:
         ``importance``: also the importance maps of every position in both forms (:mod:`attnkit.analysis`:
         through attention, and from the input: each grid cell greyed and each source word made ``<unk>``,
         re-encoded), one or a few batched passes per form and example.
+        ``each``: called once as each example's comparison is done (e.g. a progress bar's ``update``).
         """
         if len(images) != len(sources) or (targets is not None and len(targets) != len(images)):
             raise UserError("give as many images as source sentences (and target sentences)")
@@ -227,7 +228,8 @@ class AttentionComparer:
             targets = self.decoded_targets(images)
         words, caption_ids, text_ids = self._target_ids(targets)
         text_encoded, source_words = self.translator.encode(list(sources))
-        return self._compare_encoded(words, caption_ids, text_ids, self.captioner.encode(images), text_encoded, source_words, erase, heads, images if importance else None)
+        occlude = images if importance else None
+        return self._compare_encoded(words, caption_ids, text_ids, self.captioner.encode(images), text_encoded, source_words, erase, heads, occlude, each)
 
     def decoded_targets(self, images: Sequence[ImageInput]) -> list[str]:
         """The caption the captioner decodes from each image (its recipe's search): the default target to force."""
@@ -241,10 +243,10 @@ class AttentionComparer:
 
     def _compare_encoded(
         self, words: list[list[str]], caption_ids: Tensor, text_ids: Tensor, image_encoded: EncoderOutput, text_encoded: EncoderOutput,
-        source_words: list[list[str]], erase: bool, heads: bool, occlude: Sequence[ImageInput] | None = None,
+        source_words: list[list[str]], erase: bool, heads: bool, occlude: Sequence[ImageInput] | None = None, each: Callable[[], object] | None = None,
     ) -> list[Comparison]:  # fmt: skip
         """Force the target ids (B, T) through both encoders' outputs (see ``compare``); ``occlude``: the images,
-        for importance maps."""
+        for importance maps; ``each``: called as each example is done."""
         image_decoder, text_decoder = self.captioner.model.decoder, self.translator.model.decoder
         image_steps, image_every = _forced(image_decoder, image_encoded, caption_ids.to(self.captioner.device), heads)
         text_steps, text_every = _forced(text_decoder, text_encoded, text_ids.to(self.translator.device), heads)
@@ -272,6 +274,8 @@ class AttentionComparer:
                     image_every[i], text_every[i], image_decoder.reading_offset, text_decoder.reading_offset, *maps,
                 )
             )  # fmt: skip
+            if each is not None:
+                each()
         return comparisons
 
     def join_sources(self, sentences: Sequence[str]) -> tuple[list[str], list[int]]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+from tqdm import tqdm
 
 from attnkit.analysis import (
     EMITTING,
@@ -145,7 +146,7 @@ def choose_declared_attention(grounding_by_head: dict) -> tuple[int, int]:
 
 def evaluate_scenes(
     comparer: AttentionComparer, scenes: Sequence[Scene], beam_size: int | None = None, batch_size: int = 64, extraction: str = DEFAULT_EXTRACTION,
-    importance: bool = True,
+    importance: bool = True, progress: bool | None = None,
 ) -> dict:  # fmt: skip
     """Caption and translation quality, attention statistics and grounding on ``scenes``.
 
@@ -163,6 +164,8 @@ def evaluate_scenes(
     ``importance``: also ``importance_grounding``, each importance form's maps (as distributions,
     :func:`attnkit.analysis.importance_distribution`) scored exactly as the attention of the emitting step
     is (pointing game, in-box mass, AER), and ``agreement``: attention against importance per modality and form.
+    ``progress``: a progress bar over the scenes as their comparisons are done (the slow part, above all with
+    importance maps: docs/comparison.md gives the cost per scene); None shows it where standard error is a terminal.
     """
     if not scenes:
         raise UserError("no scenes to evaluate")
@@ -186,11 +189,12 @@ def evaluate_scenes(
     erased = erasure_groups()  # by word kind
     by_importance = {form: _SceneGrounding() for form in IMPORTANCE_FORMS}
     agreed: dict[str, dict[str, list[Agreement]]] = {modality: defaultdict(list) for modality in MODALITIES}  # modality -> form -> parts
+    bar = tqdm(total=len(scenes), desc="scenes compared", unit="scene", leave=False, mininterval=1.0, disable=None if progress is None else not progress)
     for start in range(0, len(scenes), batch_size):
         chunk = scenes[start : start + batch_size]
         compared = comparer.compare(
             images[start : start + batch_size], [s.sentences[0].french_text for s in chunk], [s.sentences[0].english_text for s in chunk], heads=True,
-            importance=importance,
+            importance=importance, each=bar.update,
         )  # fmt: skip
         for number, (scene, comparison) in enumerate(zip(chunk, compared), start):
             for name, scores in pooled.items():
@@ -209,6 +213,7 @@ def evaluate_scenes(
             for layer, head in itertools.product(range(text_heads.shape[1]), range(-1, text_heads.shape[2])):
                 by_head["text"][layer, head].add_text(scene, number, _head_or_mean(text_heads, layer, head))
             add_erasure_by_group(erased, comparison, [word_kind(word) for word in scene.sentences[0].english])
+    bar.close()
 
     with_importance = {}
     if importance:
