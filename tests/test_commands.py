@@ -47,6 +47,16 @@ def test_the_console_script_is_declared():
     assert done.returncode == 0 and "usage: attnkit COMMAND" in done.stdout
 
 
+def test_help_with_a_command_prints_that_commands_help(capsys):
+    expected = attnkit("train", "--help")
+    assert expected.returncode == 0 and expected.stdout.startswith("usage: attnkit train")
+    asked = attnkit("help", "train")
+    assert (asked.returncode, asked.stdout) == (0, expected.stdout)
+    assert main(["help"]) == 0 and capsys.readouterr().out.startswith("usage: attnkit COMMAND")
+    assert main(["help", "tran"]) == 2  # an unknown command, as without help
+    assert "did you mean 'train'?" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args", [[], ["tran"], ["--bogus"]])
 def test_no_or_an_unknown_command_is_one_message_and_exit_2(args, capsys):
     assert main(args) == 2

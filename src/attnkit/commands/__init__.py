@@ -3,7 +3,7 @@
     attnkit --help                       # the commands, one line each
     attnkit train --config tasks/configs/multi30k_de_en.yaml
     attnkit translate --checkpoint runs/multi30k_de_en/best.pt "ein hund rennt ."
-    attnkit caption --help               # each command's own options
+    attnkit caption --help               # each command's own options (also: attnkit help caption)
 
 Each subcommand is the module of the same name here (its ``get_args_parser`` and ``main``);
 ``tasks/NAME.py`` runs the same module, so ``python tasks/train.py`` and ``torchrun ... tasks/train.py``
@@ -36,7 +36,7 @@ def usage() -> str:
     lines = [f"  {name:<{width}}  {what}" for name, what in COMMANDS.items()]
     return "\n".join(
         [
-            "usage: attnkit COMMAND [options]     (attnkit COMMAND --help: its options)",
+            "usage: attnkit COMMAND [options]     (attnkit COMMAND --help, or attnkit help COMMAND: its options)",
             "",
             "One attention decoder for translation and image captioning, and tools to compare the two attentions.",
             "",
@@ -57,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(usage(), file=sys.stderr)
         return 2
     name, rest = args[0], args[1:]
+    if name == "help" and rest:  # `attnkit help train` is `attnkit train --help`
+        return main([rest[0], "--help"])
     if name in ("-h", "--help", "help"):
         print(usage())
         return 0
