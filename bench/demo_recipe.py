@@ -9,7 +9,8 @@ Run from the project root::
 
 Each candidate is the demo's joint scene model, ``tasks/configs/scenes_multitask.yaml`` with the candidate's own
 overrides (the demo's are :data:`attnkit.commands.demo.SCENE_OVERRIDES`); ``scenes=N`` sets the number of
-generated training scenes (default the demo's). Each trains within ``--minutes`` (the demo's budget) into
+generated training scenes (default the demo's). Each trains for its epochs (as the demo does; ``--minutes``: within
+a time budget instead) into
 ``--out``/NAME and is measured on ``--valid`` *validation* scenes of seed 1 (never the held-out test scenes the demo
 reports, nor the validation scenes its early stopping read): caption exact match and BLEU-4, translation exact match
 and BLEU, pointing game and AER of the attention. The demo's targets (issue 33): caption exact match >= 80 % and
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 
 from attnkit.comparison import AttentionComparer, evaluate_scenes
-from attnkit.commands.demo import SCENE_MINUTES, SCENE_OVERRIDES, SCENES
+from attnkit.commands.demo import SCENE_OVERRIDES, SCENES
 from attnkit.config import load_config
 from attnkit.data.scenes import generate_scenes, write_scene_dataset
 from attnkit.cli import positive_int, positive_number
@@ -89,7 +90,7 @@ def folder_name(name: str) -> str:
 def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--candidate", action="append", default=[], metavar="'NAME: KEY=VALUE ...'", help="measure this candidate (default: CANDIDATES)")
-    parser.add_argument("--minutes", type=positive_number, default=None, help=f"each candidate's training budget (default the demo's {SCENE_MINUTES:g})")
+    parser.add_argument("--minutes", type=positive_number, default=None, help="each candidate's training budget (default none: its epochs, as the demo trains)")
     parser.add_argument("--valid", type=positive_int, default=200, help="validation scenes measured per candidate")
     parser.add_argument("--out", default=str(ROOT / "runs/bench-demo-recipe"))
     parser.add_argument("--cache", default=None, metavar="DIR", help="where the frozen image encoder's scene features are cached (default: --out/features)")
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
     busy_before = busy_cores()
     candidates = parse_candidates(args.candidate) if args.candidate else CANDIDATES
-    minutes = QUICK["minutes"] if args.quick else (args.minutes if args.minutes is not None else SCENE_MINUTES)
+    minutes = QUICK["minutes"] if args.quick else (args.minutes or 0.0)  # 0: no budget
     valid_count = QUICK["valid"] if args.quick else args.valid
     out = Path(args.out)
     cache = Path(args.cache) if args.cache is not None else out / "features"

@@ -169,6 +169,29 @@ def test_demo_runs_on_the_embedded_corpus_and_lists_its_outputs(tmp_path, capsys
     metrics = json.loads((run_dir / "scenes/compare/metrics.json").read_text())
     assert metrics["test"]["scenes"] == 3 and "pointing_hit_rate" in metrics["compositional"]["grounding"]
     assert json.loads((run_dir / "test_scores.json").read_text())["sentences"] == 500
+    summary = json.loads((run_dir / "demo.json").read_text())  # written last: the demo is complete
+    assert summary["held_out"]["test"]["scenes"] == 3 and summary["scene_model"]["epochs"] == 1 and str(run_dir / "demo.json") in out
+    # Run again: the last demo is kept aside while the new one trains, and goes once the new one is complete.
+    assert run_cli(demo.main, argv) == 0
+    assert "the last demo is kept in" in capsys.readouterr().out and not (tmp_path / "demo.previous").exists()
+
+
+def test_a_demo_cut_short_never_loses_the_last_complete_one(tmp_path, capsys):
+    run_dir, kept = tmp_path / "demo", tmp_path / "demo.previous"
+    assert demo.set_aside_previous(run_dir) is None  # nothing there yet
+    run_dir.mkdir()
+    (run_dir / "best.pt").write_text("the last demo's model")
+    (run_dir / "demo.json").write_text("{}")
+    assert demo.set_aside_previous(run_dir) == kept and not run_dir.exists()
+    assert (kept / "best.pt").read_text() == "the last demo's model" and "kept in" in capsys.readouterr().out
+    run_dir.mkdir()  # the new demo is cut short before its demo.json: the next run removes it, the kept one stays
+    (run_dir / "best.pt").write_text("half-trained")
+    assert demo.set_aside_previous(run_dir) == kept and not run_dir.exists()
+    assert (kept / "best.pt").read_text() == "the last demo's model" and "cut short" in capsys.readouterr().out
+    legacy = tmp_path / "older"  # a folder from before demo.json, with none kept: it is kept itself
+    legacy.mkdir()
+    (legacy / "best.pt").write_text("an older demo")
+    assert demo.set_aside_previous(legacy) == tmp_path / "older.previous" and (tmp_path / "older.previous/best.pt").read_text() == "an older demo"
 
 
 def test_the_tiny_transformer_recipe_trains_translates_and_evaluates(toy_data, tmp_path, capsys):

@@ -5,39 +5,54 @@ one shared decoder, use both, and compare the two kinds of attention.
     make demo                  # or: attnkit demo [--set train.epochs=3 ...] [--scenes-set train.epochs=2 ...]
 
 Everything runs on embedded data (the committed Tatoeba subset data/tatoeba-fr-en and
-scenes generated on the spot, attnkit.data.scenes) and is written under runs/demo/ (a
-previous demo run there is replaced): the translator's best.pt / last.pt, log.jsonl,
-translations.txt, attention.png and test_scores.json; scenes/ with the joint model's
-checkpoints, outputs.txt (captions and translations of test scenes) and compare/
-(metrics.json: grounding and quality on held-out and compositional scenes;
-distributions.png; example/: the comparison.png, report.html and statistics.json of
-scene-0.png).
+scenes generated on the spot, attnkit.data.scenes) and is written under runs/demo/: the
+translator's best.pt / last.pt, log.jsonl, translations.txt, attention.png and
+test_scores.json; scenes/ with the joint model's checkpoints, outputs.txt (captions and
+translations of test scenes) and compare/ (metrics.json: grounding and quality on held-out
+and compositional scenes; distributions.png; example/: the comparison.png, report.html,
+importance.png and statistics.json of scene-0.png); demo.json, what this run measured, written
+last. A previous demo there is kept in runs/demo.previous until the new one is complete, so a
+demo cut short never loses the last one's models.
+
+Both models train for a fixed number of epochs, never for a time budget: what the demo
+reports is what any machine gets, only sooner or later.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import shutil
+import subprocess
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+
+import torch
 
 from attnkit.captioning import Captioner
 from attnkit.comparison import AttentionComparer
 from attnkit.config import load_config
 from attnkit.data.scenes import generate_scenes, write_scene_dataset
 from attnkit.data.text import read_parallel, resolve_languages
-from attnkit.files import write_text_atomic
+from attnkit.distributed import usable_cores
+from attnkit.errors import UserError
+from attnkit.files import write_json_atomic, write_text_atomic
 from attnkit.multitask import train_multitask
-from attnkit.report import compare_scenes
-from attnkit.translation import Translator, draw_translation_attention, train_translation
+from attnkit.report import SCENE_SPLITS, compare_scenes
+from attnkit.run_folder import RunFolder
+from attnkit.translation import Translator, draw_translation_attention
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout: src/attnkit/commands/demo.py
 
 SHOWN = 8  # test sentences printed
 SCENES_SHOWN = 4  # test scenes captioned and translated
 SCENES = 2000  # generated training scenes of the joint model
-SCENE_MINUTES = 4.0  # its training budget
+TRANSLATOR_LOG = "train.out"  # what the translator's training prints, in the background
+COMPLETE = "demo.json"  # written last: a folder without it was left by a demo cut short
 # Of tasks/configs/scenes_multitask.yaml, chosen on validation scenes by bench/demo_recipe.py (BENCHMARKS.md, "The demo's
 # joint model"): the learning rate held (validation on a few scenes is noisy, and halving it at each dip stalled
 # training), nine batches in ten caption (the translation side is learnt within a few epochs), and the attention
@@ -64,13 +79,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_dir = config.run_dir
     started = time.perf_counter()
     source_lang, target_lang = resolve_languages(config.data.path, config.data.source_lang, config.data.target_lang)
-    print(f"1/6 training a {source_lang}->{target_lang} translator on {config.data.path} ({run_dir} is replaced)")
-    train_translation(config, overwrite=True, progress_bar=not args.no_progress)
+    kept = set_aside_previous(run_dir)
+    # The two models train at once, each on half the cores: a small model's training loop keeps two threads busy
+    # only part of the time, so side by side they finish in about the time of the longer one alone.
+    threads = max(1, usable_cores() // 2)
+    print(f"1/6 training a {source_lang}->{target_lang} translator on {config.data.path} into {run_dir}, in the background on {threads} thread(s) (its log: {run_dir / TRANSLATOR_LOG})")
+    with translator_in_background(args, run_dir, threads) as translator_done:
+        scene_model = train_scene_model(args, run_dir, threads)
+        translator_epochs = translator_done()
+    torch.set_num_threads(usable_cores())
 
     translator = Translator.from_checkpoint(run_dir / "best.pt")
     test_pairs = read_parallel(config.data.path, "test", source_lang, target_lang)
     shown = test_pairs[:SHOWN]
-    print(f"\n2/6 translating {len(shown)} test sentences (beam {config.search.beam_size})")
+    print(f"\n3/6 the translator ({translator_epochs} epochs) translating {len(shown)} test sentences (beam {config.search.beam_size})")
     results = translator.translate([source for source, _ in shown])
     lines = []
     for (source, reference), (best, *_) in zip(shown, results):
@@ -81,43 +103,117 @@ def main(argv: Sequence[str] | None = None) -> int:
     example = max((r[0] for r in results if not r[0].error), key=lambda t: len(t.source_words))
     attention_png = draw_translation_attention(example, run_dir / "attention.png")
 
-    print(f"3/6 scoring all {len(test_pairs)} test sentences")
+    print(f"4/6 scoring all {len(test_pairs)} test sentences")
     scores = translator.evaluate(test_pairs)
-    write_text_atomic(run_dir / "test_scores.json", json.dumps(scores, indent=2) + "\n")
+    write_json_atomic(run_dir / "test_scores.json", scores, indent=2)
     print(f"test BLEU {scores['bleu']}  chrF {scores['chrf']}  ({scores['bleu_signature']})")
 
-    scene_outputs = scene_tour(args, run_dir)
-    print(f"\ndone in {time.perf_counter() - started:.0f} s. Outputs:")
+    scenes = scene_tour(args, scene_model)
+    seconds = time.perf_counter() - started
+    summary = {
+        "seconds": round(seconds, 1),
+        "threads_per_model": threads,
+        "translator": {"epochs": translator_epochs, "test_bleu": scores["bleu"], "test_chrf": scores["chrf"]},
+        "scene_model": {"scenes": args.scenes, "epochs": scene_model.epochs, "overrides": SCENE_OVERRIDES},
+        "held_out": scenes.held_out,
+    }
+    write_json_atomic(run_dir / COMPLETE, summary, indent=2)  # last: the folder now holds a whole demo
+    if kept is not None:
+        shutil.rmtree(kept, ignore_errors=True)
+    print(f"\ndone in {seconds:.0f} s. Outputs:")
     for name, what in [
-        ("best.pt", "checkpoint (try: attnkit translate --checkpoint runs/demo/best.pt \"Je suis content.\")"),
+        ("best.pt", f'checkpoint (try: attnkit translate --checkpoint {run_dir / "best.pt"} "Je suis content.")'),
         ("log.jsonl", "one JSON line per epoch"),
+        (TRANSLATOR_LOG, "what its training printed"),
         ("translations.txt", "the sentences above"),
         (attention_png.name, "source x output attention of one translation"),
         ("test_scores.json", "BLEU and chrF on the test split"),
+        (COMPLETE, "what this demo measured (time, epochs, test scores, held-out scene figures)"),
     ]:
         print(f"  {run_dir / name}: {what}")
-    for path, what in scene_outputs:
+    for path, what in scenes.outputs:
         print(f"  {path}: {what}")
     return 0
 
 
-def scene_tour(args: argparse.Namespace, run_dir: Path) -> list[tuple[Path, str]]:
-    """Steps 4-6: one decoder for images and sentences, trained jointly on generated scenes, and its attention compared."""
+@contextlib.contextmanager
+def translator_in_background(args: argparse.Namespace, run_dir: Path, threads: int) -> Iterator[Callable[[], int]]:
+    """Train the translator (``attnkit train`` on the demo's config) in a process of its own on ``threads`` threads,
+    its output in ``TRANSLATOR_LOG``; yields a function that waits for it and returns its epochs (a failure: a
+    UserError quoting the end of its log). Leaving the block early stops it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sets = [*args.overrides, f"output_dir={run_dir}", f"train.threads={threads}"]
+    command = [sys.executable, "-m", "attnkit", "train", "--config", args.config, "--no-progress", *(a for s in sets for a in ("--set", s))]
+    log_path = run_dir / TRANSLATOR_LOG
+    with open(log_path, "w", encoding="utf-8") as log:
+        job = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def done() -> int:
+        if job.wait() != 0:
+            tail = "\n".join(log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-5:])
+            raise UserError(f"the translator's training failed (exit {job.returncode}); the end of {log_path}:\n{tail}")
+        return len((run_dir / "log.jsonl").read_text(encoding="utf-8").splitlines())  # one line per epoch
+
+    try:
+        yield done
+    finally:
+        if job.poll() is None:  # the scene model failed or was interrupted: the translator goes too
+            job.terminate()
+            job.wait()
+
+
+def set_aside_previous(run_dir: Path) -> Path | None:
+    """Keep the last complete demo in ``<run_dir>.previous`` until this one is complete (its folder then goes).
+
+    A folder without ``demo.json`` was left by a demo cut short: where a kept demo exists it is removed, else it
+    is kept itself (it may be a demo from before this rule). Returns the kept folder, or None when there is none."""
+    kept = run_dir.with_name(run_dir.name + ".previous")
+    if run_dir.is_dir():
+        with RunFolder(run_dir).claim():  # refused while another demo trains there
+            if (run_dir / COMPLETE).is_file() or not kept.exists():
+                shutil.rmtree(kept, ignore_errors=True)
+                run_dir.rename(kept)
+                print(f"the last demo is kept in {kept} until this one is complete")
+            else:
+                shutil.rmtree(run_dir)
+                print(f"{run_dir} was left by a demo cut short: removed (the last complete demo is still in {kept})")
+    return kept if kept.exists() else None
+
+
+@dataclass(frozen=True)
+class SceneModel:
+    checkpoint: Path  # the joint model's best.pt
+    epochs: int
+
+
+@dataclass(frozen=True)
+class SceneTour:
+    held_out: dict  # per split: the headline figures of compare/metrics.json
+    outputs: list[tuple[Path, str]]  # (path, what it is), for the closing list
+
+
+def train_scene_model(args: argparse.Namespace, run_dir: Path, threads: int) -> SceneModel:
+    """Step 2: one decoder for images and sentences, trained jointly on generated scenes (in ``run_dir``/scenes)."""
     scenes_dir = run_dir / "scenes"
     data = write_scene_dataset(scenes_dir / "data", {"train": args.scenes, "valid": max(10, args.scenes // 15)}, seed=0)
-    overrides = [f"data.path={data / 'captions'}", f"data.text_path={data / 'text'}", f"output_dir={scenes_dir}", *SCENE_OVERRIDES, f"train.max_minutes={SCENE_MINUTES}"]
+    overrides = [f"data.path={data / 'captions'}", f"data.text_path={data / 'text'}", f"output_dir={scenes_dir}", f"train.threads={threads}", *SCENE_OVERRIDES]
     config = load_config(args.scenes_config, [*overrides, *args.scenes_overrides])
     print(
-        f"\n4/6 one decoder, two encoders: training on {args.scenes} generated scenes to caption them ({config.image_encoder.backbone}) "
-        f"and to translate their French descriptions (text encoder rnn: {config.text_encoder.rnn})"
+        f"\n2/6 one decoder, two encoders: training on {args.scenes} generated scenes to caption them ({config.image_encoder.backbone}) "
+        f"and to translate their French descriptions (text encoder rnn: {config.text_encoder.rnn}), {config.train.epochs} epochs"
         + (
             f"; its attention is supervised (weight {config.train.attention_supervision:g}) towards each word's gold cells and French words"
             if config.train.attention_supervision > 0
             else ""
         )
     )
-    train_multitask(config, overwrite=True, progress_bar=not args.no_progress)
-    checkpoint = scenes_dir / "best.pt"
+    progress = train_multitask(config, overwrite=True, progress_bar=not args.no_progress)
+    return SceneModel(scenes_dir / "best.pt", progress.epoch)
+
+
+def scene_tour(args: argparse.Namespace, model: SceneModel) -> SceneTour:
+    """Steps 5-6: the joint model captions held-out scenes and translates their descriptions, and its attention is compared."""
+    checkpoint, scenes_dir = model.checkpoint, model.checkpoint.parent
     comparer = AttentionComparer(Captioner.from_checkpoint(checkpoint), Translator.from_checkpoint(checkpoint))
 
     shown = generate_scenes(SCENES_SHOWN, seed=0, split="test")
@@ -132,8 +228,26 @@ def scene_tour(args: argparse.Namespace, run_dir: Path) -> list[tuple[Path, str]
     print("\n".join(lines))
     outputs_txt = write_text_atomic(scenes_dir / "outputs.txt", "\n".join(lines))
 
-    print(f"6/6 comparing the attention on {args.evaluate} held-out and {args.evaluate} compositional scenes, and on scene-0.png in detail")
-    metrics = compare_scenes(comparer, scenes_dir / "compare", args.evaluate, seed=0)  # its example is scene-0.png
+    print(
+        f"6/6 comparing the attention on {args.evaluate} held-out and {args.evaluate} compositional scenes, and on scene-0.png in detail "
+        "(with its importance maps; attnkit compare --scenes scores them on many scenes)"
+    )
+    outputs = compare_scenes(comparer, scenes_dir / "compare", args.evaluate, seed=0, importance=False)  # its example is scene-0.png
+    metrics = json.loads((scenes_dir / "compare" / "metrics.json").read_text(encoding="utf-8"))
+    held_out = {split: headline_figures(metrics[split]) for split in SCENE_SPLITS}
     try_it = f"attnkit caption --checkpoint {checkpoint} {scenes_dir / 'scene-0.png'}"
-    return [(checkpoint, f"joint checkpoint (try: {try_it})"), (outputs_txt, "the captions and translations above"), *metrics]
+    return SceneTour(held_out, [(checkpoint, f"joint checkpoint (try: {try_it})"), (outputs_txt, "the captions and translations above"), *outputs])
+
+
+def headline_figures(result: dict) -> dict:
+    """What the README quotes of one split of ``compare/metrics.json``."""
+    return {
+        "scenes": result["scenes"],
+        "caption_exact_match": result["captioning"]["exact_match"],
+        "caption_bleu4": result["captioning"]["bleu4"],
+        "translation_exact_match": result["translation"]["exact_match"],
+        "translation_bleu": result["translation"]["bleu"],
+        "pointing_hit_rate": result["grounding"]["pointing_hit_rate"],
+        "aer": result["grounding"]["aer"],
+    }
 
