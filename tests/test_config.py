@@ -153,6 +153,14 @@ def test_out_of_range_values_name_their_key(override, message):
         load_config(None, [override])
 
 
+@pytest.mark.parametrize("normaliser", ["entmax15", "sparsemax"])
+def test_a_sparse_normaliser_without_attention_is_refused_in_one_message(normaliser):
+    with pytest.raises(UserError, match=rf"^config key decoder.normaliser: {normaliser} normalises attention scores, and decoder.score=none has none "):
+        load_config(None, ["decoder.score=none", f"decoder.normaliser={normaliser}"])
+    assert load_config(None, ["decoder.score=none"]).decoder.normaliser == "softmax"  # the default stays valid
+    assert load_config(None, [f"decoder.normaliser={normaliser}"]).decoder.score == "general"
+
+
 def test_zero_stays_valid_where_it_means_off_or_auto():
     overrides = [
         "train.patience=0", "train.clip_norm=0", "train.max_minutes=0", "train.threads=0", "train.num_workers=0",

@@ -230,6 +230,11 @@ class DecoderConfig(_Checked):
             raise UserError("config key decoder.input_feeding applies to the luong style only (bahdanau already feeds the context)")
         if self.context_gate and self.style != "bahdanau":
             raise UserError("config key decoder.context_gate (Show-Attend-Tell beta) applies to the bahdanau style only")
+        if self.score == "none" and self.normaliser != "softmax":  # attention.NO_ATTENTION: no scores, nothing to normalise
+            raise UserError(
+                f"config key decoder.normaliser: {self.normaliser} normalises attention scores, and decoder.score=none has none "
+                "(the context is the memory's mean); leave decoder.normaliser at softmax or choose a score"
+            )
         if self.family == "transformer":
             self._check_transformer()
 
