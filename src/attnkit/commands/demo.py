@@ -21,37 +21,29 @@ reports is what any machine gets, only sooner or later.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import shutil
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
 
 from attnkit.captioning import Captioner
 from attnkit.comparison import AttentionComparer
 from attnkit.config import load_config
 from attnkit.data.scenes import generate_scenes, write_scene_dataset
 from attnkit.data.text import read_parallel, resolve_languages
-from attnkit.distributed import usable_cores
-from attnkit.errors import UserError
 from attnkit.files import write_json_atomic, write_text_atomic
 from attnkit.multitask import train_multitask
 from attnkit.report import SCENE_SPLITS, compare_scenes
 from attnkit.run_folder import RunFolder
-from attnkit.translation import Translator, draw_translation_attention
+from attnkit.translation import Translator, draw_translation_attention, train_translation
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout: src/attnkit/commands/demo.py
 
 SHOWN = 8  # test sentences printed
 SCENES_SHOWN = 4  # test scenes captioned and translated
 SCENES = 2000  # generated training scenes of the joint model
-TRANSLATOR_LOG = "train.out"  # what the translator's training prints, in the background
 COMPLETE = "demo.json"  # written last: a folder without it was left by a demo cut short
 # Of tasks/configs/scenes_multitask.yaml, chosen on validation scenes by bench/demo_recipe.py (BENCHMARKS.md, "The demo's
 # joint model"): the learning rate held (validation on a few scenes is noisy, and halving it at each dip stalled
@@ -81,19 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     source_lang, target_lang = resolve_languages(config.data.path, config.data.source_lang, config.data.target_lang)
     kept = set_aside_previous(run_dir)
-    # The two models train at once, each on half the cores: a small model's training loop keeps two threads busy
-    # only part of the time, so side by side they finish in about the time of the longer one alone.
-    threads = max(1, usable_cores() // 2)
-    print(f"1/6 training a {source_lang}->{target_lang} translator on {config.data.path} into {run_dir}, in the background on {threads} thread(s) (its log: {run_dir / TRANSLATOR_LOG})")
-    with translator_in_background(args, run_dir, threads) as translator_done:
-        scene_model = train_scene_model(args, run_dir, threads)
-        translator_epochs = translator_done()
-    torch.set_num_threads(usable_cores())
+    print(f"1/6 training a {source_lang}->{target_lang} translator on {config.data.path} into {run_dir}")
+    translator_epochs = train_translation(config, overwrite=True, progress_bar=not args.no_progress).epoch
 
     translator = Translator.from_checkpoint(run_dir / "best.pt")
     test_pairs = read_parallel(config.data.path, "test", source_lang, target_lang)
     shown = test_pairs[:SHOWN]
-    print(f"\n3/6 the translator ({translator_epochs} epochs) translating {len(shown)} test sentences (beam {config.search.beam_size})")
+    print(f"\n2/6 translating {len(shown)} test sentences (beam {config.search.beam_size})")
     results = translator.translate([source for source, _ in shown])
     lines = []
     for (source, reference), (best, *_) in zip(shown, results):
@@ -104,16 +90,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     example = max((r[0] for r in results if not r[0].error), key=lambda t: len(t.source_words))
     attention_png = draw_translation_attention(example, run_dir / "attention.png")
 
-    print(f"4/6 scoring all {len(test_pairs)} test sentences")
+    print(f"3/6 scoring all {len(test_pairs)} test sentences")
     scores = translator.evaluate(test_pairs)
     write_json_atomic(run_dir / "test_scores.json", scores, indent=2)
     print(f"test BLEU {scores['bleu']}  chrF {scores['chrf']}  ({scores['bleu_signature']})")
 
+    scene_model = train_scene_model(args, run_dir)
     scenes = scene_tour(args, scene_model)
     seconds = time.perf_counter() - started
     summary = {
         "seconds": round(seconds, 1),
-        "threads_per_model": threads,
         "translator": {"epochs": translator_epochs, "test_bleu": scores["bleu"], "test_chrf": scores["chrf"]},
         "scene_model": {"scenes": args.scenes, "epochs": scene_model.epochs, "overrides": SCENE_OVERRIDES},
         "held_out": scenes.held_out,
@@ -125,7 +111,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, what in [
         ("best.pt", f'checkpoint (try: attnkit translate --checkpoint {run_dir / "best.pt"} "Je suis content.")'),
         ("log.jsonl", "one JSON line per epoch"),
-        (TRANSLATOR_LOG, "what its training printed"),
         ("translations.txt", "the sentences above"),
         (attention_png.name, "source x output attention of one translation"),
         ("test_scores.json", "BLEU and chrF on the test split"),
@@ -135,32 +120,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path, what in scenes.outputs:
         print(f"  {path}: {what}")
     return 0
-
-
-@contextlib.contextmanager
-def translator_in_background(args: argparse.Namespace, run_dir: Path, threads: int) -> Iterator[Callable[[], int]]:
-    """Train the translator (``attnkit train`` on the demo's config) in a process of its own on ``threads`` threads,
-    its output in ``TRANSLATOR_LOG``; yields a function that waits for it and returns its epochs (a failure: a
-    UserError quoting the end of its log). Leaving the block early stops it."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    sets = [*args.overrides, f"output_dir={run_dir}", f"train.threads={threads}"]
-    command = [sys.executable, "-m", "attnkit", "train", "--config", args.config, "--no-progress", *(a for s in sets for a in ("--set", s))]
-    log_path = run_dir / TRANSLATOR_LOG
-    with open(log_path, "w", encoding="utf-8") as log:
-        job = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def done() -> int:
-        if job.wait() != 0:
-            tail = "\n".join(log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-5:])
-            raise UserError(f"the translator's training failed (exit {job.returncode}); the end of {log_path}:\n{tail}")
-        return len((run_dir / "log.jsonl").read_text(encoding="utf-8").splitlines())  # one line per epoch
-
-    try:
-        yield done
-    finally:
-        if job.poll() is None:  # the scene model failed or was interrupted: the translator goes too
-            job.terminate()
-            job.wait()
 
 
 def set_aside_previous(run_dir: Path) -> Path | None:
@@ -193,14 +152,14 @@ class SceneTour:
     outputs: list[tuple[Path, str]]  # (path, what it is), for the closing list
 
 
-def train_scene_model(args: argparse.Namespace, run_dir: Path, threads: int) -> SceneModel:
-    """Step 2: one decoder for images and sentences, trained jointly on generated scenes (in ``run_dir``/scenes)."""
+def train_scene_model(args: argparse.Namespace, run_dir: Path) -> SceneModel:
+    """Step 4: one decoder for images and sentences, trained jointly on generated scenes (in ``run_dir``/scenes)."""
     scenes_dir = run_dir / "scenes"
     data = write_scene_dataset(scenes_dir / "data", {"train": args.scenes, "valid": max(10, args.scenes // 15)}, seed=0)
-    overrides = [f"data.path={data / 'captions'}", f"data.text_path={data / 'text'}", f"output_dir={scenes_dir}", f"train.threads={threads}", *SCENE_OVERRIDES]
+    overrides = [f"data.path={data / 'captions'}", f"data.text_path={data / 'text'}", f"output_dir={scenes_dir}", *SCENE_OVERRIDES]
     config = load_config(args.scenes_config, [*overrides, *args.scenes_overrides])
     print(
-        f"\n2/6 one decoder, two encoders: training on {args.scenes} generated scenes to caption them ({config.image_encoder.backbone}) "
+        f"\n4/6 one decoder, two encoders: training on {args.scenes} generated scenes to caption them ({config.image_encoder.backbone}) "
         f"and to translate their French descriptions (text encoder rnn: {config.text_encoder.rnn}), {config.train.epochs} epochs"
         + (
             f"; its attention is supervised (weight {config.train.attention_supervision:g}) towards each word's gold cells and French words"
