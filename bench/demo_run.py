@@ -4,6 +4,8 @@ Run from the project root, nothing else running::
 
     python bench/demo_run.py                    # this machine as it is
     python bench/demo_run.py --slowdown 2.5     # as on a machine 2.5 times slower (needs root: a cgroup CPU quota)
+    python bench/demo_run.py --slowdown 2.5 --out runs/bench-demo-tiny --demo-option=--config=tasks/configs/tiny.yaml \
+        --demo-option=--scenes=200 --demo-option=--scenes-set=train.epochs=2    # the check itself, in a few minutes
 
 It runs ``attnkit demo --no-progress`` as its own process (into ``--out``, so runs/demo is left alone) and
 reports its wall time and what the demo measured (its ``demo.json``: the translator's test scores, the
@@ -45,6 +47,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--slowdown", type=positive_number, default=1.0, help="run as on a machine this many times slower (1: as it is)")
     parser.add_argument("--out", default=str(ROOT / "runs/bench-demo"), help="the demo's output_dir")
+    parser.add_argument("--demo-option", action="append", default=[], metavar="OPTION", help="passed to attnkit demo (e.g. --demo-option=--scenes=200)")
     return parser
 
 
@@ -54,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--slowdown {args.slowdown:g}: a quota cannot make the machine faster; give 1 or more")
     busy = busy_cores()
     out = Path(args.out)
-    command = [sys.executable, "-m", "attnkit", "demo", "--no-progress", "--set", f"output_dir={out}"]
+    command = [sys.executable, "-m", "attnkit", "demo", "--no-progress", *args.demo_option, "--set", f"output_dir={out}"]
     with slow_threads(args.slowdown) as enter:
         slowed = json.loads(subprocess.run([sys.executable, "-c", CALIBRATE], preexec_fn=enter, cwd=ROOT, check=True, capture_output=True, text=True).stdout)
         print(f"running {' '.join(command[1:])} with every thread at 1/{args.slowdown:g} of a core; calibration there: {slowed}")
@@ -79,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         "demo": measured,
         "promise": PROMISE,
         "met": met,
+        "demo_options": args.demo_option,
         "out": project_path(str(out)),
     }
     return print_result(result, busy)

@@ -189,3 +189,21 @@ def test_pretrain_summary_does_not_call_the_load_after_the_arms_the_load_before_
     monkeypatch.setattr(module, "print_result", lambda result, busy: printed.update(result=result, busy=busy) or 0)
     assert module.main(["--summarise", "--out", str(tmp_path)]) == 0
     assert printed["busy"] is None and printed["result"]["busy_cores_after_arms"] == 0.5
+
+
+# ---------------------------------------------------------------- bench/demo_run.py and bench/serve_memory.py
+
+
+@pytest.mark.parametrize(("argv", "message"), [(["--slowdown", "0.5"], "cannot make the machine faster"), (["--slowdown", "inf"], "finite"), (["--slowdown", "0"], "greater than 0")])
+def test_demo_run_refuses_a_slowdown_that_is_no_slowdown(bench, monkeypatch, capsys, tmp_path, argv, message):
+    module = bench("demo_run")
+    refuse_work(monkeypatch, module, "busy_cores", "slow_threads")
+    assert exit_code(module.main, ["--out", str(tmp_path / "demo"), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_serve_memory_refuses_a_missing_checkpoint(bench, monkeypatch, capsys, tmp_path):
+    module = bench("serve_memory")
+    refuse_work(monkeypatch, module, "busy_cores", "measure_server")
+    assert exit_code(module.main, ["--checkpoint", str(tmp_path / "missing.pt")]) == 2
+    assert "no checkpoint at" in capsys.readouterr().err
