@@ -82,6 +82,28 @@ def test_the_tiny_pretrain_recipe_trains_resumes_and_is_refused_where_a_translat
     assert "a pre-training checkpoint (task pretrain)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "lines, warning",
+    [
+        (["", "  ", ""], "warning: data.pretrain_text: no line of {path} holds a word; pre-training reads the training pairs alone"),
+        (["zzq yyq", "xxq", "a"], "warning: data.pretrain_text: 75% of the words of {path} are not in the training pairs' vocabulary"),
+        (["a b c", "", "d e"], None),
+    ],
+)
+def test_more_pretraining_text_says_how_many_lines_were_used_and_warns_when_they_bring_little(toy_data, tmp_path, lines, warning):
+    from attnkit.config import load_config
+    from attnkit.pretraining import prepare_pretraining
+
+    path = tmp_path / "more.txt"
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    setup = prepare_pretraining(load_config("tasks/configs/tiny_pretrain.yaml", [f"data.path={toy_data}", f"data.pretrain_text={path}"]), None, None)
+    used = sum(bool(line.strip()) for line in lines)
+    expected = f"pretrain: masked pieces of {len(setup.dataset)} src sentences ({len(setup.dataset) - used} from the training pairs, {used} of the {len(lines)} lines of {path})"
+    assert setup.notes[0].startswith(expected)
+    said = [note for note in setup.notes if note.startswith("warning:")]
+    assert [note.startswith(warning.format(path=path)) for note in said] == ([True] if warning else [])
+
+
 def test_pretraining_an_rnn_encoder_is_refused_with_the_reason(toy_data, tmp_path, capsys):
     argv = ["--config", "tasks/configs/tiny.yaml", "--no-progress", "--set", "task=pretrain", "--set", f"data.path={toy_data}", "--set", f"output_dir={tmp_path / 'run'}"]
     assert run_cli(train.main, argv) == 2
@@ -129,13 +151,15 @@ def test_a_translator_starts_from_the_pretrained_encoder_and_holds_it_still_whil
         (["text_encoder.num_layers=1"], "holds another encoder: text_encoder.num_layers 2 there, 1 here"),
         (["text_encoder.family=rnn"], "holds another encoder: text_encoder.family transformer there, rnn here"),
         (["text_encoder.init_from=nowhere/best.pt"], "does not exist"),
+        (["text_encoder.init_from={run}"], "text_encoder.init_from: {run} is a folder, not a checkpoint file (did you mean {run}/best.pt?)"),
         (["task=captioning"], "starts a translator (task translation)"),
     ],
 )
 def test_a_pretrained_encoder_that_does_not_fit_is_refused_with_the_reason(pretrained, toy_data, tmp_path, capsys, overrides, message):
     run_dir = tmp_path / "translator"
+    overrides = [override.format(run=pretrained.parent) for override in overrides]
     assert run_cli(train.main, translator_argv(toy_data, run_dir, f"text_encoder.init_from={pretrained}", *overrides)) == 2
-    assert message in capsys.readouterr().err
+    assert message.format(run=pretrained.parent) in capsys.readouterr().err
     assert not run_dir.exists() or not any(run_dir.iterdir())
 
 

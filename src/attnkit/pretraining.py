@@ -147,6 +147,27 @@ def encode_sources(pipeline: TextPipeline, sentences: Sequence[str], max_length:
     return SentenceDataset([ids for ids in encoded if ids])
 
 
+MOSTLY_UNKNOWN = 0.5  # data.pretrain_text warns above this share of <unk>: text in another language, or another vocabulary
+
+
+def more_text(pipeline: TextPipeline, path: str, max_length: int) -> tuple[SentenceDataset, int, list[str]]:
+    """``data.pretrain_text``'s sentences as source ids (a blank line holds nothing to mask and is skipped), the
+    number of lines read, and a warning where no line was used or where most of their words are unknown to the
+    vocabulary (it is built from the training pairs: such words read as <unk>)."""
+    lines = read_lines(path)
+    dataset = encode_sources(pipeline, lines, max_length)
+    if not dataset.ids:
+        return dataset, len(lines), [f"warning: data.pretrain_text: no line of {path} holds a word; pre-training reads the training pairs alone"]
+    pieces = [piece for sentence in dataset.ids for piece in sentence]
+    unknown = sum(piece == Vocabulary.unk_index for piece in pieces) / len(pieces)
+    if unknown <= MOSTLY_UNKNOWN:
+        return dataset, len(lines), []
+    return dataset, len(lines), [
+        f"warning: data.pretrain_text: {unknown:.0%} of the words of {path} are not in the training pairs' vocabulary "
+        f"(they read as <unk>, so little is learnt from them): is it {pipeline.source_lang} text?"
+    ]
+
+
 def masked_language_scores(model: MaskedLanguageModel, dataset: SentenceDataset, vocab_size: int, seed: int, batch_size: int = 128) -> dict[str, float]:
     """Masked-piece accuracy (%) and perplexity on ``dataset``, masked by a generator seeded with ``seed``
     (the same pieces every call)."""
@@ -179,8 +200,10 @@ def prepare_pretraining(config: ExperimentConfig, resume: Checkpoint | None, con
     pipeline = TextPipeline.from_checkpoint(resume) if resume is not None else TextPipeline.build(config, train_pairs, source_lang, target_lang)
     vocab_size = len(pipeline.source_vocab)
     longest = config.data.max_source_length  # within learned positions' reach: the config checks that
-    more = read_lines(config.data.pretrain_text) if config.data.pretrain_text else []  # monolingual text, in the pairs' vocabulary
-    dataset = encode_sources(pipeline, [*(source for source, _ in train_pairs), *more], longest)
+    from_pairs = encode_sources(pipeline, [source for source, _ in train_pairs], longest)
+    extra = config.data.pretrain_text
+    more, lines_read, warnings = more_text(pipeline, extra, longest) if extra else (SentenceDataset([]), 0, [])
+    dataset = SentenceDataset([*from_pairs.ids, *more.ids])
     valid = encode_sources(pipeline, [source for source, _ in valid_pairs], longest)
     model = MaskedLanguageModel.build(config, pipeline.source_vocab)
 
@@ -189,9 +212,10 @@ def prepare_pretraining(config: ExperimentConfig, resume: Checkpoint | None, con
         return {**scores, "score": scores["accuracy"]}
 
     notes = [
-        f"pretrain: masked pieces of {len(dataset)} {source_lang} sentences ({len(train_pairs)} of the training pairs"
-        + (f", {len(more)} of {config.data.pretrain_text}" if more else "") + f"), {len(valid)} validation; "
+        f"pretrain: masked pieces of {len(dataset)} {source_lang} sentences ({len(from_pairs)} from the training pairs"
+        + (f", {len(more)} of the {lines_read} lines of {extra}" if extra else "") + f"), {len(valid)} validation; "
         f"vocabulary {vocab_size}{describe_subwords(config.data.tokenizer)}",
+        *warnings,
         describe_parameters(model),
     ]
     return TaskSetup(
@@ -233,10 +257,14 @@ ENCODER_SHAPE = ("family", "hidden_size", "num_layers", "heads", "feedforward_si
 
 def start_from_pretrained(encoder: nn.Module, config: ExperimentConfig, source_vocab: Vocabulary) -> str:
     """Load ``text_encoder.init_from``'s encoder weights into ``encoder`` (a translator's, built from ``config``
-    with ``source_vocab``) -> a line for the log. A missing file, a checkpoint of another task, an encoder of
+    with ``source_vocab``) -> a line for the log. A folder, a missing file, a checkpoint of another task, an encoder of
     other sizes and a vocabulary that differs are each refused with the reason."""
     path = config.text_encoder.init_from
     option = f"config key text_encoder.init_from: {path}"
+    if Path(path).is_dir():
+        inside = Path(path) / "best.pt"
+        hint = f"did you mean {inside}?" if inside.is_file() else "give a pre-training run's best.pt"
+        raise UserError(f"{option} is a folder, not a checkpoint file ({hint})")
     if not Path(path).is_file():
         raise UserError(f"{option} does not exist (a pre-training run's best.pt: attnkit train --config a recipe with task: pretrain)")
     try:
