@@ -2,8 +2,9 @@
 and the translation with their attention, and, when the model does both, the comparison view the HTML report
 draws (:func:`attnkit.report.render_report`: per-word maps, source weights, the head and importance switches).
 
-The server is Python's own (``http.server``, one thread per request); model work runs one request at a time
-(a lock), so two requests at once are answered one after the other. It answers ``GET /`` (the form) and
+The server is Python's own (``http.server``, one thread per connection, at most ``max_connections``); a
+request's parse, photo decoding and model work run in one worker thread, one request at a time, so two requests
+at once are answered one after the other and memory holds one request's work (:func:`make_server`). It answers ``GET /`` (the form) and
 ``POST /`` (a ``multipart/form-data`` form with the fields ``photo`` and ``sentence``) and nothing else: no
 request names a file on the server, and the only bytes it reads are the request's. A bad upload (not an
 image, too large, too many pixels, no photo and no sentence, a sentence of unknown words) gets its message
