@@ -192,7 +192,7 @@ CONFLICTS = [
     ("evaluate-multitask", ["--source", "{good}", "--reference", "{good}", "--images", "{folder}"], "--source, --reference (translation) and --images (captioning) do not go together"),
     ("evaluate", ["--split", "test", "--cache", "{folder}"], "--cache is for captioning checkpoints; this one translates"),
     ("compare", ["--own", "0", "--image", "{tmp}/image.png", "--source", "a b", "--out", "{tmp}/out"], "--own picks the described input of a mosaic"),
-    ("compare", ["--own", "1", "--scenes", "2", "--out", "{tmp}/out"], "leave out --image, --source, --target, --own and --no-importance"),
+    ("compare", ["--own", "1", "--scenes", "2", "--out", "{tmp}/out"], "leave out --image, --source, --target and --own"),
 ]  # fmt: skip
 
 

@@ -207,3 +207,22 @@ def test_serve_memory_refuses_a_missing_checkpoint(bench, monkeypatch, capsys, t
     refuse_work(monkeypatch, module, "busy_cores", "measure_server")
     assert exit_code(module.main, ["--checkpoint", str(tmp_path / "missing.pt")]) == 2
     assert "no checkpoint at" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- bench/punctuation_rules.py and bench/scene_compare_cost.py
+
+
+@pytest.mark.parametrize(("argv", "message"), [(["--scenes", "0"], "at least 1"), (["--data", "/nonexistent/data"], "lacks flickr8k/Flickr8k.token.txt")])
+def test_punctuation_rules_refuses_bad_options_before_reading(bench, monkeypatch, capsys, argv, message):
+    module = bench("punctuation_rules")
+    refuse_work(monkeypatch, module, "busy_cores", "read_flickr8k_captions", "SubwordModel")
+    assert exit_code(module.main, argv) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "message"), [(["--scenes", "0"], "at least 1"), ([], "does not exist")])
+def test_scene_compare_cost_refuses_bad_options_before_loading(bench, monkeypatch, capsys, tmp_path, argv, message):
+    module = bench("scene_compare_cost")
+    refuse_work(monkeypatch, module, "busy_cores", "evaluate_scenes")
+    assert exit_code(module.main, ["--checkpoint", str(tmp_path / "missing.pt"), *argv]) == 2
+    assert message in capsys.readouterr().err

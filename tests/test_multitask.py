@@ -191,8 +191,6 @@ def test_compare_refuses_mixed_or_missing_checkpoints(scenes, tmp_path):
 
     with pytest.raises(UserError, match="joint checkpoint, or both"):
         compare.main(["--caption-checkpoint", str(tmp_path / "x.pt"), "--image", "a.png", "--source", "b", "--out", str(tmp_path)])
-    with pytest.raises(UserError, match="leave out .*--no-importance"):
-        compare.main(["--checkpoint", str(tmp_path / "x.pt"), "--scenes", "3", "--no-importance", "--out", str(tmp_path)])
     with pytest.raises(UserError, match="a mosaic comparison has no importance maps"):
         compare.main(["--checkpoint", str(tmp_path / "x.pt"), *["--image", "a.png", "--source", "b"] * 4, "--no-importance", "--out", str(tmp_path)])
 
@@ -313,6 +311,17 @@ def test_scene_evaluation_shows_its_progress_scene_by_scene_unless_told_not_to(j
     hidden = evaluate_scenes(comparer, scenes, batch_size=2, importance=False, progress=False)
     assert "scenes compared" not in capsys.readouterr().err
     assert hidden["grounding"] == shown["grounding"]  # the bar changes nothing measured
+
+
+def test_compare_scenes_without_importance_maps_scores_the_attention_alone(joint_comparer, tmp_path):
+    from attnkit.commands import compare
+
+    _, checkpoint = joint_comparer
+    out = tmp_path / "scenes"
+    assert compare.main(["--checkpoint", str(checkpoint), "--scenes", "2", "--no-importance", "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert all("grounding" in metrics[split] and "importance_grounding" not in metrics[split] for split in ("test", "compositional"))
+    assert (out / "example" / "importance.png").is_file()  # the example scene's comparison keeps its maps
 
 
 def test_compare_on_a_one_word_source_writes_strict_json_with_null_where_nothing_was_measured(scenes, joint_comparer, tmp_path):

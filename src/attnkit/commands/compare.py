@@ -32,8 +32,10 @@ Generated held-out scenes with ground truth (a model trained on scenes: French -
 
 writes ``metrics.json`` (caption and translation quality, pointing game, in-box
 mass, AER, attention statistics; in-distribution test scenes and the
-compositional split separately), ``distributions.png`` (entropy and peak weight
-per modality) and the comparison of the first test scene.
+compositional split separately; the importance maps scored as the attention is,
+unless ``--no-importance``), ``distributions.png`` (entropy and peak weight
+per modality) and the comparison of the first test scene. A progress bar counts
+the scenes on a terminal; docs/comparison.md gives the cost per scene.
 """
 
 from __future__ import annotations
@@ -74,7 +76,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument(
         "--no-importance", action="store_true",
-        help="one image: leave out the importance maps (importance.png, the report's view switch; they cost a forward pass per grid cell)",
+        help="leave out the importance maps (they cost a forward pass per grid cell and per source word): for one image, importance.png and "
+        "the report's view switch; with --scenes, their scores in metrics.json (about a sixth of the time per scene; the example scene keeps them)",
     )  # fmt: skip
     parser.add_argument("--out", required=True, help="output folder (created; files in it are replaced)")
     parser.add_argument("--device", default="auto")
@@ -90,8 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.checkpoint and not (args.caption_checkpoint and args.translation_checkpoint):
         raise UserError("give a joint checkpoint, or both a captioning and a translation checkpoint: --checkpoint, or --caption-checkpoint and --translation-checkpoint")
     if args.scenes:
-        if args.image or args.source or args.target or args.own is not None or args.no_importance:
-            raise UserError("--scenes evaluates generated scenes: leave out --image, --source, --target, --own and --no-importance")
+        if args.image or args.source or args.target or args.own is not None:
+            raise UserError("--scenes evaluates generated scenes: leave out --image, --source, --target and --own")
         check_output_folder(out, "--out", files=SCENE_FILES, folders=["example"])
         check_output_folder(out / "example", "--out", files=COMPARISON_FILES)
     else:
@@ -107,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         images = [open_rgb(image) for image in args.image]  # an unreadable photo is named before the models load
     comparer = AttentionComparer.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device)
     if args.scenes:
-        outputs = compare_scenes(comparer, out, args.scenes, args.seed, args.scene_size, args.beam, extraction=args.extraction)
+        outputs = compare_scenes(comparer, out, args.scenes, args.seed, args.scene_size, args.beam, extraction=args.extraction, importance=not args.no_importance)
     elif len(images) == 1:
         warn_overlong_sources(comparer.translator, args.source, what="source sentence")  # a mosaic's joined source is never cut: too long is refused
         outputs = write_comparison(comparer, images[0], args.source[0], args.target, out, importance=not args.no_importance)
