@@ -324,6 +324,19 @@ def test_compare_scenes_without_importance_maps_scores_the_attention_alone(joint
     assert (out / "example" / "importance.png").is_file()  # the example scene's comparison keeps its maps
 
 
+def test_compare_scenes_no_progress_turns_the_bar_off(joint_comparer, tmp_path, monkeypatch):
+    from attnkit import report
+    from attnkit.commands import compare
+
+    _, checkpoint = joint_comparer
+    asked = []
+    evaluate = report.evaluate_scenes
+    monkeypatch.setattr(report, "evaluate_scenes", lambda *args, **kwargs: asked.append(kwargs["progress"]) or evaluate(*args, **kwargs))
+    assert compare.main(["--checkpoint", str(checkpoint), "--scenes", "2", "--no-importance", "--no-progress", "--out", str(tmp_path / "quiet")]) == 0
+    assert compare.main(["--checkpoint", str(checkpoint), "--scenes", "2", "--no-importance", "--out", str(tmp_path / "shown")]) == 0
+    assert asked == [False, False, None, None]  # each split; None: the bar shows where standard error is a terminal
+
+
 def test_compare_on_a_one_word_source_writes_strict_json_with_null_where_nothing_was_measured(scenes, joint_comparer, tmp_path):
     from attnkit.commands import compare
 

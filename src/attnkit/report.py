@@ -390,13 +390,14 @@ def compare_scenes(
     log=print,
     extraction: str = DEFAULT_EXTRACTION,
     importance: bool = True,
+    progress: bool | None = None,
 ) -> list[tuple[Path, str]]:
     """Metrics JSON and distribution plots on ``count`` generated scenes per split, and the comparison of one scene.
 
     ``extraction``: which step's attention is a word's in the headline grounding and the plots; the
     metrics hold the grounding under every extraction too. ``importance``: the metrics score the importance maps
     too (:func:`~attnkit.comparison.evaluate_scenes`; about five times the cost); the one scene's comparison always
-    draws them."""
+    draws them. ``progress``: a progress bar over each split's scenes (None: where standard error is a terminal)."""
     if comparer.translator.pipeline.source_lang != "fr" or comparer.translator.pipeline.target_lang != "en":
         raise UserError("generated scenes are described in French and English: this needs a French -> English model trained on scenes")
     if count < 1:
@@ -405,7 +406,7 @@ def compare_scenes(
     distributions = {}
     for split in SCENE_SPLITS:
         scenes = generate_scenes(count, seed, split, size)
-        result = evaluate_scenes(comparer, scenes, beam_size=beam, extraction=extraction, importance=importance)
+        result = evaluate_scenes(comparer, scenes, beam_size=beam, extraction=extraction, importance=importance, progress=progress)
         distributions[split] = result.pop("distributions")
         metrics[split] = result
         first, *erasure = describe_scene_result(result)

@@ -79,6 +79,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         help="leave out the importance maps (they cost a forward pass per grid cell and per source word): for one image, importance.png and "
         "the report's view switch; with --scenes, their scores in metrics.json (about a sixth of the time per scene; the example scene keeps them)",
     )  # fmt: skip
+    parser.add_argument("--no-progress", action="store_true", help="--scenes: no progress bar over the scenes (without it, the bar shows on a terminal)")
     parser.add_argument("--out", required=True, help="output folder (created; files in it are replaced)")
     parser.add_argument("--device", default="auto")
     return parser
@@ -110,7 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         images = [open_rgb(image) for image in args.image]  # an unreadable photo is named before the models load
     comparer = AttentionComparer.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device)
     if args.scenes:
-        outputs = compare_scenes(comparer, out, args.scenes, args.seed, args.scene_size, args.beam, extraction=args.extraction, importance=not args.no_importance)
+        outputs = compare_scenes(
+            comparer, out, args.scenes, args.seed, args.scene_size, args.beam, extraction=args.extraction, importance=not args.no_importance,
+            progress=False if args.no_progress else None,  # None: shown where standard error is a terminal
+        )  # fmt: skip
     elif len(images) == 1:
         warn_overlong_sources(comparer.translator, args.source, what="source sentence")  # a mosaic's joined source is never cut: too long is refused
         outputs = write_comparison(comparer, images[0], args.source[0], args.target, out, importance=not args.no_importance)

@@ -192,7 +192,9 @@ def scene_tour(args: argparse.Namespace, model: SceneModel) -> SceneTour:
         f"6/6 comparing the attention on {args.evaluate} held-out and {args.evaluate} compositional scenes, and on scene-0.png in detail "
         "(with its importance maps; attnkit compare --scenes scores them on many scenes)"
     )
-    outputs = compare_scenes(comparer, scenes_dir / "compare", args.evaluate, seed=0, importance=False)  # its example is scene-0.png
+    outputs = compare_scenes(  # its example is scene-0.png
+        comparer, scenes_dir / "compare", args.evaluate, seed=0, importance=False, progress=False if args.no_progress else None
+    )
     metrics = json.loads((scenes_dir / "compare" / "metrics.json").read_text(encoding="utf-8"))
     held_out = {split: headline_figures(metrics[split]) for split in SCENE_SPLITS}
     try_it = f"attnkit caption --checkpoint {checkpoint} {scenes_dir / 'scene-0.png'}"
