@@ -95,13 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_json_atomic(run_dir / "test_scores.json", scores, indent=2)
     print(f"test BLEU {scores['bleu']}  chrF {scores['chrf']}  ({scores['bleu_signature']})")
 
-    scene_model = train_scene_model(args, run_dir)
-    scenes = scene_tour(args, scene_model)
+    scenes = scene_tour(args, run_dir)
     seconds = time.perf_counter() - started
     summary = {
         "seconds": round(seconds, 1),
         "translator": {"epochs": translator_epochs, "test_bleu": scores["bleu"], "test_chrf": scores["chrf"]},
-        "scene_model": {"scenes": args.scenes, "epochs": scene_model.epochs, "overrides": SCENE_OVERRIDES},
+        "scene_model": {"scenes": args.scenes, "epochs": scenes.epochs, "overrides": SCENE_OVERRIDES},
         "held_out": scenes.held_out,
     }
     write_json_atomic(run_dir / COMPLETE, summary, indent=2)  # last: the folder now holds a whole demo
@@ -141,19 +140,15 @@ def set_aside_previous(run_dir: Path) -> Path | None:
 
 
 @dataclass(frozen=True)
-class SceneModel:
-    checkpoint: Path  # the joint model's best.pt
-    epochs: int
-
-
-@dataclass(frozen=True)
 class SceneTour:
+    epochs: int  # the joint model's
     held_out: dict  # per split: the headline figures of compare/metrics.json
     outputs: list[tuple[Path, str]]  # (path, what it is), for the closing list
 
 
-def train_scene_model(args: argparse.Namespace, run_dir: Path) -> SceneModel:
-    """Step 4: one decoder for images and sentences, trained jointly on generated scenes (in ``run_dir``/scenes)."""
+def scene_tour(args: argparse.Namespace, run_dir: Path) -> SceneTour:
+    """Steps 4-6: one decoder for images and sentences, trained jointly on generated scenes (in ``run_dir``/scenes),
+    captions held-out scenes and translates their descriptions, and its attention is compared."""
     scenes_dir = run_dir / "scenes"
     data = write_scene_dataset(scenes_dir / "data", {"train": args.scenes, "valid": max(10, args.scenes // 15)}, seed=0)
     overrides = [f"data.path={data / 'captions'}", f"data.text_path={data / 'text'}", f"output_dir={scenes_dir}", *SCENE_OVERRIDES]
@@ -168,12 +163,7 @@ def train_scene_model(args: argparse.Namespace, run_dir: Path) -> SceneModel:
         )
     )
     progress = train_multitask(config, overwrite=True, progress_bar=not args.no_progress)
-    return SceneModel(scenes_dir / "best.pt", progress.epoch)
-
-
-def scene_tour(args: argparse.Namespace, model: SceneModel) -> SceneTour:
-    """Steps 5-6: the joint model captions held-out scenes and translates their descriptions, and its attention is compared."""
-    checkpoint, scenes_dir = model.checkpoint, model.checkpoint.parent
+    checkpoint = scenes_dir / "best.pt"
     comparer = AttentionComparer(Captioner.from_checkpoint(checkpoint), Translator.from_checkpoint(checkpoint))
 
     shown = generate_scenes(SCENES_SHOWN, seed=0, split="test")
@@ -198,7 +188,7 @@ def scene_tour(args: argparse.Namespace, model: SceneModel) -> SceneTour:
     metrics = json.loads((scenes_dir / "compare" / "metrics.json").read_text(encoding="utf-8"))
     held_out = {split: headline_figures(metrics[split]) for split in SCENE_SPLITS}
     try_it = f"attnkit caption --checkpoint {checkpoint} {scenes_dir / 'scene-0.png'}"
-    return SceneTour(held_out, [(checkpoint, f"joint checkpoint (try: {try_it})"), (outputs_txt, "the captions and translations above"), *outputs])
+    return SceneTour(progress.epoch, held_out, [(checkpoint, f"joint checkpoint (try: {try_it})"), (outputs_txt, "the captions and translations above"), *outputs])
 
 
 def headline_figures(result: dict) -> dict:
