@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from attnkit.analysis import IMPORTANCE_FORMS
+from attnkit.importance import DEFAULT_ESTIMATORS
 from attnkit.captioning import Captioner, train_captioning
 from attnkit.checkpoint import load_checkpoint
 from attnkit.cli import check_output_folder, positive_int, positive_number
@@ -251,7 +251,7 @@ def headline(found: dict) -> dict:
         "content_mosaic_reading_mass": study["mosaic"].get("reading", {}).get("by_group", {}).get("content", {}).get("mass"),
         **{
             f"content_agreement_{form}": study.get("agreement", {}).get(form, {}).get("by_group", {}).get("content", {}).get("rank_correlation")
-            for form in IMPORTANCE_FORMS
+            for form in DEFAULT_ESTIMATORS
         },
     }
 

@@ -92,6 +92,11 @@ def test_aer_of_a_known_alignment_matches_nltk():
     # Pooled sentences weigh every link once.
     pooled = text_grounding(perfect, sure, sure, 3, sentence=0) + text_grounding(monotone, sure, sure, 3, sentence=1)
     assert math.isclose(pooled.aer, 1 - (3 + 1 + 3 + 1) / (6 + 6))
+    # One kind of word at a time: only its words are linked, against its gold links; the kinds added up are the whole.
+    article = text_grounding(monotone, {(0, 0)}, {(0, 0)}, 3, scored=[0])
+    assert article.hypothesis == frozenset({(0, 0, 0)}) and article.aer == 0.0  # "a" -> "un": no other word's link counts
+    rest = text_grounding(monotone, {(2, 1), (1, 2)}, {(2, 1), (1, 2)}, 3, scored=[1, 2])
+    assert math.isclose((article + rest).aer, scored.aer)
 
 
 def test_forced_attention_returns_one_row_per_target_token_over_real_positions(vocab):

@@ -1,14 +1,26 @@
-"""Importance maps (through attention and from the input) and their agreement with attention: hand-made answers."""
+"""Importance estimators (attnkit.importance) and their agreement with attention: hand-made answers."""
 
 import dataclasses
 
 import pytest
 import torch
 
-from attnkit.analysis import agreement, agreement_means, attention_importance, occlusion_importance, rank_correlation, ranks
+from attnkit.analysis import agreement, agreement_means, attention_importance, forced_attention_by_head, rank_correlation, ranks
 from attnkit.data.batching import pad_sequences
-from attnkit.data.images import occlude_cells
+from attnkit.data.images import grey_cells
 from attnkit.decoders.rnn import RNNState
+from attnkit.errors import UserError
+from attnkit.importance import (
+    ESTIMATORS,
+    HideableSource,
+    ImportanceSettings,
+    importance_maps,
+    input_importance,
+    norm_weighted_attention,
+    random_mask_importance,
+    random_masks,
+    window_importance,
+)
 from attnkit.interfaces import DecoderOutput, EncoderOutput, StepOutput, Tokens
 from conftest import TINY_TRANSFORMER, tiny_model
 
@@ -17,7 +29,8 @@ READ = 3  # the one memory position the stub decoder reads
 
 class _ReadsOnlyPosition3:
     """A stub decoder whose next word depends only on memory position 3: word 4 (by 10 nats) when position 3 is
-    visible and its memory is not zeroed out, else word 5. Its attention is uniform over the visible positions."""
+    visible and its memory is not zeroed out, else word 5 (smoothly in between, so gradients reach position 3 and
+    no other). Its attention is uniform over the visible positions."""
 
     def init_state(self, encoded):
         return RNNState(torch.zeros(1, encoded.batch_size, 1), None, None, encoded.memory, encoded.memory, encoded.mask)
@@ -28,7 +41,7 @@ class _ReadsOnlyPosition3:
         return logits
 
     def _sees(self, memory, mask) -> torch.Tensor:
-        return (mask[:, READ] & (memory[:, READ].abs().sum(-1) > 0)).float()  # (B,)
+        return mask[:, READ].float() * memory[:, READ].mean(-1)  # (B,): 1 with its memory of ones, 0 zeroed
 
     def step(self, previous, state):
         attention = state.mask.float() / state.mask.sum(1, keepdim=True)  # (B, L)
@@ -45,26 +58,56 @@ def _source(positions: int = 6, real: int = 5) -> EncoderOutput:
     return EncoderOutput(torch.ones(1, positions, 3), mask, torch.zeros(1, 3), Tokens(torch.tensor([real])))
 
 
-def _occluded(source: EncoderOutput) -> EncoderOutput:
-    """Version k of the source with real position k's memory zeroed (what greying its input does, for the stub)."""
+def _hideable(source: EncoderOutput) -> HideableSource:
+    """The stub's source with its real positions hideable: a hidden position's memory is zeroed (what greying its
+    input does, for the stub)."""
     real = int(source.mask.sum())
-    memory = source.memory.repeat(real, 1, 1)
-    memory[torch.arange(real), torch.arange(real)] = 0.0
-    return EncoderOutput(memory, source.mask.repeat(real, 1), source.init_state.repeat(real, 1), source.layout)
+
+    def encode_keeping(keep: torch.Tensor) -> EncoderOutput:
+        rows = keep.shape[0]
+        kept = torch.nn.functional.pad(keep.float(), (0, source.mask.shape[1] - real))  # (B, L): padding stays
+        memory = source.memory.expand(rows, -1, -1) * kept.unsqueeze(-1)
+        return EncoderOutput(memory, source.mask.expand(rows, -1), source.init_state.expand(rows, -1), source.layout)
+
+    return HideableSource((real,), encode_keeping)
 
 
 TARGET = torch.tensor([2, 4, 4, 3])  # <bos> w1 w2 <eos>: 3 forced steps
 
 
-@pytest.mark.parametrize("form", ["attention", "input"])
+@pytest.mark.parametrize("form", ["attention", "input", "random_masks", "gradients"])
 def test_a_decoder_that_reads_only_position_3_has_importance_only_there(form):
     source = _source()
-    found = attention_importance(_ReadsOnlyPosition3(), source, TARGET) if form == "attention" else occlusion_importance(_ReadsOnlyPosition3(), source, _occluded(source), TARGET)
-    assert found.shape == (3, 6)
-    assert found[:, 5].isnan().all()  # padding: no importance
-    torch.testing.assert_close(found[:2, READ], torch.full((2,), 10.0), atol=1e-3, rtol=0)  # w1, w2 (word 4) need position 3
+    settings = ImportanceSettings((form,), masks=512, gradient_steps=64)
+    found = importance_maps(_ReadsOnlyPosition3(), source, _hideable(source), TARGET, settings)[form]
+    assert found.shape == (3, 5)  # the real positions
+    noise = 1.0 if form == "random_masks" else 1e-4  # random masks estimate: 512 draws leave a spread of about 0.45 nats
+    torch.testing.assert_close(found[:2, READ], torch.full((2,), 10.0), atol=max(noise, 0.05), rtol=0)  # w1, w2 (word 4) need position 3
     others = found[:, [0, 1, 2, 4]]
-    torch.testing.assert_close(others, torch.zeros_like(others))
+    torch.testing.assert_close(others, torch.zeros_like(others), atol=noise, rtol=0)
+
+
+def test_windows_average_the_windows_over_each_position_and_sum_the_sizes():
+    """Windows of 1 and 2 over five words, only word 3 read (10 nats): size 1 gives 10 at word 3; size 2's windows
+    are (0 1) (1 2) (2 3) (3 4), so word 2 has the mean of 0 and 10, words 3 and 4 (covered by one window only)
+    10 each, as Captum's Occlusion averages them."""
+    source = _source()
+    found = window_importance(_ReadsOnlyPosition3(), _hideable(source), TARGET, ImportanceSettings(("windows",), window_sizes=(1, 2)))
+    torch.testing.assert_close(found[0], torch.tensor([0.0, 0.0, 5.0, 20.0, 10.0]), atol=0.01, rtol=0)
+    assert int(found[0].argmax()) == READ
+    longer = window_importance(_ReadsOnlyPosition3(), _hideable(source), TARGET, ImportanceSettings(("windows",), window_sizes=(9,)))
+    torch.testing.assert_close(longer[0], torch.full((5,), 10.0), atol=0.01, rtol=0)  # a window longer than the sentence hides it whole
+
+
+def test_random_masks_hide_their_share_and_repeat_with_their_seed():
+    keep = random_masks(10, 2000, 0.3, torch.Generator().manual_seed(1))
+    assert keep.shape == (2000, 10) and abs(float((~keep).float().mean()) - 0.3) < 0.02
+    assert torch.equal(keep, random_masks(10, 2000, 0.3, torch.Generator().manual_seed(1)))
+    assert not torch.equal(keep, random_masks(10, 2000, 0.3, torch.Generator().manual_seed(2)))
+    source = _source()
+    settings = ImportanceSettings(("random_masks",), masks=16, seed=5)
+    first = random_mask_importance(_ReadsOnlyPosition3(), _hideable(source), TARGET, settings)
+    torch.testing.assert_close(first, random_mask_importance(_ReadsOnlyPosition3(), _hideable(source), TARGET, settings))
 
 
 def test_uniform_attention_over_positions_that_do_not_matter_agrees_no_better_than_chance():
@@ -155,22 +198,50 @@ def test_importance_through_attention_is_erasure_of_each_position_and_occlusion_
         expected = out.logits.log_softmax(-1)[0, target[t + 1]] - erased.logits.log_softmax(-1)[0, target[t + 1]]
         torch.testing.assert_close(through[t, 2], expected, atol=1e-5, rtol=1e-4)
         state = out.state
-    # From the input: version k has source word k replaced by <unk>; position 1's column is the whole pass's loss.
-    versions = [source_ids[:k] + [vocab.unk_index] + source_ids[k + 1 :] for k in range(4)]
-    occluded = model.encode(pad_sequences(versions))
-    found = occlusion_importance(model.decoder, encoded, occluded, target)
+    # From the input: position 1's input replaced by <unk>, the whole pass again; its column is what the pass lost.
+    def encode_keeping(keep):
+        ids = torch.tensor(source_ids).expand(keep.shape[0], -1)
+        return model.encode(pad_sequences(torch.where(keep, ids, vocab.unk_index).tolist()))
+
+    found = input_importance(model.decoder, HideableSource((4,), encode_keeping), target, ImportanceSettings())
     with torch.no_grad():
         plain = model.decoder(encoded, target[:-1].unsqueeze(0)).logits.log_softmax(-1)[0]  # (T, V)
-        other = model.decoder(occluded.row(1), target[:-1].unsqueeze(0)).logits.log_softmax(-1)[0]
+        other = model.decoder(model.encode(pad_sequences([[4, vocab.unk_index, 6, 7]])), target[:-1].unsqueeze(0)).logits.log_softmax(-1)[0]
     expected = plain.gather(1, target[1:, None]).squeeze(1) - other.gather(1, target[1:, None]).squeeze(1)
     torch.testing.assert_close(found[:, 1], expected, atol=1e-5, rtol=1e-4)
-    with pytest.raises(ValueError, match="4 real positions but 3"):
-        occlusion_importance(model.decoder, encoded, model.encode(pad_sequences(versions[:3])), target)
 
 
-def test_occluding_a_cell_greys_exactly_its_pixels():
+@pytest.mark.parametrize("settings", [dict(style="bahdanau", score="additive", rnn="lstm"), TINY_TRANSFORMER], ids=["bahdanau", "transformer"])
+def test_norm_weighted_attention_weighs_each_position_by_what_it_adds(vocab, settings):
+    """The value vectors are what each position adds: weighted by the attention and summed (plus the output bias,
+    for a Transformer layer) they give the attention block's output; norm-weighted attention reweights by their norms."""
+    model = tiny_model(vocab, **settings)
+    encoded = model.encode(pad_sequences([[4, 5, 6, 7, 8]]))
+    target = torch.tensor([[2, 5, 9, 6, 3]])
+    _, heads = forced_attention_by_head(model.decoder, encoded, target)  # (T, N, h, L) per example
+    values = model.decoder.value_vectors(encoded)[0]  # (N, h, L, M)
+    if settings is TINY_TRANSFORMER:
+        layer = model.decoder.layers[0].cross_attention
+        query = torch.randn(1, 1, values.shape[-1])
+        keys, value_heads = layer.keys_values(encoded.memory)
+        output, weights = layer(query, keys, value_heads, encoded.mask.unsqueeze(1), need_weights=True)  # (1, 1, M), (1, h, 1, L)
+        rebuilt = torch.einsum("hl,hlm->m", weights[0, :, 0], values[0]) + layer.output.bias
+        torch.testing.assert_close(rebuilt, output[0, 0], atol=1e-5, rtol=1e-4)
+        one_head = norm_weighted_attention(heads[0], values, 0, 1)
+        expected = heads[0][:, 0, 1] * values[0, 1].norm(dim=-1)
+    else:
+        torch.testing.assert_close(values[0, 0], encoded.memory[0])  # the context is the attention-weighted memory
+        one_head = norm_weighted_attention(heads[0], values, 0, -1)
+        expected = heads[0][:, 0, 0] * encoded.memory[0].norm(dim=-1)
+    torch.testing.assert_close(one_head, expected / expected.sum(-1, keepdim=True))
+    maps = importance_maps(model.decoder, encoded, None, target[0], ImportanceSettings(("norm_weighted",)))
+    torch.testing.assert_close(maps["norm_weighted"].sum(-1), torch.ones(4))
+
+
+def test_greying_cells_greys_exactly_their_pixels():
     pixels = torch.randn(3, 14, 21)  # a 2 x 3 grid over 14 x 21 pixels: cells of 7 x 7
-    copies = occlude_cells(pixels, (2, 3))
+    keep = ~torch.eye(6, dtype=torch.bool).view(6, 2, 3)  # copy k hides cell k
+    copies = grey_cells(pixels, keep)
     assert copies.shape == (6, 3, 14, 21)
     changed = (copies != pixels).any(1)  # (6, 14, 21)
     expected = torch.zeros(6, 14, 21, dtype=torch.bool)
@@ -179,3 +250,31 @@ def test_occluding_a_cell_greys_exactly_its_pixels():
         expected[cell, row * 7 : (row + 1) * 7, column * 7 : (column + 1) * 7] = True
     assert torch.equal(changed, expected)
     assert (copies[4, :, 7:, 7:14] == 0).all()  # greyed: the normalisation's mean, 0
+    uneven = grey_cells(torch.ones(1, 10, 10), torch.tensor([[[True, False, True]] * 3]))  # cell edges rounded: 3, 7
+    assert torch.equal(uneven[0, 0, 0], torch.tensor([1.0, 1, 1, 0, 0, 0, 0, 1, 1, 1]))
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(estimators=("windows", "lime")), "unknown importance estimator 'lime'"),
+        (dict(estimators=()), "unknown importance estimator"),
+        (dict(mask_share=0.0), "strictly between 0 and 1"),
+        (dict(mask_share=1.0), "strictly between 0 and 1"),
+        (dict(mask_share=float("nan")), "strictly between 0 and 1"),
+        (dict(masks=0), "random masks must be 1 or more"),
+        (dict(window_sizes=(1, 0)), "window sizes must be whole numbers of 1 or more"),
+        (dict(window_sizes=()), "window sizes must be whole numbers of 1 or more"),
+    ],
+)
+def test_bad_estimator_settings_are_refused_before_any_work(settings, message):
+    with pytest.raises(UserError, match=message):
+        ImportanceSettings(**settings)
+
+
+def test_windows_larger_than_the_grid_are_refused():
+    ImportanceSettings(("windows",), window_sizes=(1, 2, 3)).check_grid((3, 3))
+    ImportanceSettings(("input",), window_sizes=(9,)).check_grid((3, 3))  # no windows asked for: nothing to refuse
+    with pytest.raises(UserError, match="a window of 4 x 4 cells does not fit the 3 x 3 grid"):
+        ImportanceSettings(("windows",), window_sizes=(1, 4)).check_grid((3, 3))
+    assert set(ESTIMATORS) >= {"attention", "input", "windows", "random_masks", "gradients", "norm_weighted"}

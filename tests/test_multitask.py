@@ -195,6 +195,31 @@ def test_compare_refuses_mixed_or_missing_checkpoints(scenes, tmp_path):
         compare.main(["--checkpoint", str(tmp_path / "x.pt"), *["--image", "a.png", "--source", "b"] * 4, "--no-importance", "--out", str(tmp_path)])
 
 
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--importance", "windows,lime"], "unknown importance estimator 'lime'"),
+        (["--mask-share", "1.5"], "strictly between 0 and 1"),
+        (["--masks", "0"], "random masks must be 1 or more"),
+        (["--windows", "1,x"], "whole numbers separated by commas"),
+    ],
+)
+def test_compare_refuses_bad_importance_settings_before_loading_anything(tmp_path, options, message):
+    from attnkit.commands import compare
+
+    with pytest.raises(UserError, match=message):  # the checkpoint does not exist: the settings are refused first
+        compare.main(["--checkpoint", str(tmp_path / "x.pt"), "--scenes", "2", *options, "--out", str(tmp_path / "out")])
+
+
+def test_compare_refuses_windows_larger_than_the_grid(joint_comparer, tmp_path):
+    from attnkit.commands import compare
+
+    _, checkpoint = joint_comparer
+    with pytest.raises(UserError, match="a window of 3 x 3 cells does not fit the 2 x 2 grid"):
+        compare.main(["--checkpoint", str(checkpoint), "--scenes", "2", "--importance", "windows", "--windows", "1,3", "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
 def test_position_embedding_needs_a_fixed_grid(scenes, tmp_path):
     vocab = Vocabulary.build([["w"]])
     with pytest.raises(UserError, match="grid_size"):
@@ -265,35 +290,43 @@ def scene_inputs(scenes: Path, count: int):
 def test_importance_maps_of_both_modalities_come_with_their_agreement(scenes, joint_comparer):
     import torch
 
-    from attnkit.analysis import IMPORTANCE_FORMS
-    from attnkit.data.images import load_image, occlude_cells
+    from attnkit.data.images import grey_cells, load_image
+    from attnkit.importance import ESTIMATORS, ImportanceSettings
 
     comparer, _ = joint_comparer
     inputs = scene_inputs(scenes, 2)
-    compared = comparer.compare([i.image for i in inputs], [i.source for i in inputs], [i.target for i in inputs], importance=True)
+    every = ImportanceSettings(ESTIMATORS, window_sizes=(1, 2), masks=8, gradient_steps=4)
+    compared = comparer.compare([i.image for i in inputs], [i.source for i in inputs], [i.target for i in inputs], importance=every)
     for comparison in compared:
         steps = len(comparison.target_words)
+        assert comparison.estimators() == ESTIMATORS
         for modality, by_form in comparison.importance().items():
             positions = (comparison.image_attention if modality == "image" else comparison.text_attention).shape[1]
-            assert all(by_form[form].shape == (steps, positions) for form in IMPORTANCE_FORMS)
-            assert not by_form["input"].isnan().any()
+            assert all(by_form[form].shape == (steps, positions) for form in ESTIMATORS)
+            assert not any(by_form[form].isnan().any() for form in ESTIMATORS if form != "attention")
         statistics = comparison.statistics()
         assert set(statistics["agreement"]) == {"image", "text"}
-        assert all(-1 <= statistics["agreement"][m][form]["rank_correlation"] <= 1 for m in ("image", "text") for form in IMPORTANCE_FORMS)
+        assert all(-1 <= statistics["agreement"][m][form]["rank_correlation"] <= 1 for m in ("image", "text") for form in ESTIMATORS)
         first = statistics["per_word"][0]["importance"]
         assert len(first["text"]["input"]) == len(comparison.source_words) and "agreement" in first["image"]
-    # The occluded images are the photo with one cell greyed each, re-encoded from pixels: cell 1's version is that image's encoding.
+    # The hidden cells are greyed in pixels and the copy re-encoded through the backbone: hiding cell 1 is that image's encoding.
     captioner = comparer.captioner
     encoder = captioner.model.encoder_for("image")
-    plain, versions = captioner.encode_occluded(inputs[0].image, compared[0].grid)
+    grid = compared[0].grid
+    keep = torch.ones(1, *grid, dtype=torch.bool)
+    keep[0, 0, 1] = False
     pixels = load_image(inputs[0].image, encoder.config.image_size, encoder.normalization)
-    expected = captioner.model.encode(Pixels(occlude_cells(pixels, compared[0].grid)[1:2]))
-    torch.testing.assert_close(versions.row(1).memory, expected.memory, atol=1e-5, rtol=1e-4)
-    assert versions.batch_size == compared[0].grid[0] * compared[0].grid[1] and plain.batch_size == 1
-    # A source word replaced by <unk>: version k differs from the plain source's ids at word k only.
-    plain_text, words = comparer.translator.encode_occluded(compared[0].source_words)
-    assert words.batch_size == len(compared[0].source_words)
-    torch.testing.assert_close(plain_text.memory, comparer.translator.encode_words([compared[0].source_words]).memory)
+    expected = captioner.model.encode(Pixels(grey_cells(pixels, keep)))
+    torch.testing.assert_close(captioner.hideable(inputs[0].image, grid).encode_keeping(keep).memory, expected.memory, atol=1e-5, rtol=1e-4)
+    # A source word hidden is <unk> there: nothing hidden is the plain source.
+    words = compared[0].source_words
+    text = comparer.translator.hideable(words)
+    assert text.shape == (len(words),)
+    torch.testing.assert_close(text.encode_keeping(torch.ones(1, len(words), dtype=torch.bool)).memory, comparer.translator.encode_words([words]).memory)
+    unknown = ["<unk>", *words[1:]]
+    hidden_first = torch.ones(1, len(words), dtype=torch.bool)
+    hidden_first[0, 0] = False
+    torch.testing.assert_close(text.encode_keeping(hidden_first).memory, comparer.translator.encode_words([unknown]).memory)
 
 
 def test_scene_evaluation_shows_its_progress_scene_by_scene_unless_told_not_to(joint_comparer, capsys):

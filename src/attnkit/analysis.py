@@ -239,14 +239,19 @@ class TextGrounding:
 
 
 def text_grounding(
-    attention: Tensor, sure: Iterable[tuple[int, int]], possible: Iterable[tuple[int, int]], target_words: int, sentence: int = 0
-) -> TextGrounding:
+    attention: Tensor, sure: Iterable[tuple[int, int]], possible: Iterable[tuple[int, int]], target_words: int, sentence: int = 0,
+    scored: Iterable[int] | None = None,
+) -> TextGrounding:  # fmt: skip
     """Score the attention (T, S) of one sentence against gold (source, target) links.
 
     ``target_words`` rows are scored (the <eos> step is not a word); ``sentence``
     keeps the links of different sentences apart when groundings are added up.
+    ``scored``: only these target positions are linked (the words of one kind, scored against that kind's gold
+    links: the groundings of every kind added up are the whole sentence's).
     """
     hypothesis = attention_alignment(attention, target_words)
+    if scored is not None:
+        hypothesis = {(source, target) for source, target in hypothesis if target in set(scored)}
     sure_links = set(sure)
     possible_links = set(possible) | sure_links
     linked = {target for _, target in possible_links if target < target_words}
@@ -467,21 +472,9 @@ def erasure_means(parts: Sequence[Erasure]) -> dict[str, float]:
     return summary
 
 
-# -- importance: what each word's log-probability rests on, position by position --------------------------------
-# Attention says where a step looks; importance says what its output used. Two forms, both (T, L): for each forced
-# step (target words, then <eos>) and each memory position, the log-probability of the step's gold token lost when
-# the position is taken away (positive: the token needed it). NaN on padded positions.
-#   * through attention (attention_importance): the position hidden from that one step's attention, as erasure
-#     hides its peak, for every real position;
-#   * from the input (occlusion_importance): the input under the position taken away before encoding (a photo's
-#     cell greyed, a source word replaced by <unk>) and the whole forced pass recomputed, so the decoder's initial
-#     state loses it too. The occluded inputs come from the modality's side (Captioner.encode_occluded,
-#     Translator.encode_occluded); nothing here asks which modality made the memory.
-ATTENTION_PATH, INPUT_OCCLUSION = "attention", "input"
-IMPORTANCE_FORMS = (ATTENTION_PATH, INPUT_OCCLUSION)
-IMPORTANCE_LABELS = {ATTENTION_PATH: "importance through attention", INPUT_OCCLUSION: "importance from the input"}  # figures, reports
-
-
+# -- importance through attention: what each word's log-probability rests on, position by position -------------
+# The other estimators (from the input, windows, random masks, gradients, norm-weighted attention) and the
+# distribution every figure draws are in attnkit.importance; this one reruns each step from its stored state.
 @torch.no_grad()
 def attention_importance(decoder, encoded: EncoderOutput, target: Tensor) -> Tensor:
     """Each real position hidden from each step's attention, one at a time: log p(gold) lost, (T, L).
@@ -498,50 +491,6 @@ def attention_importance(decoder, encoded: EncoderOutput, target: Tensor) -> Ten
     lost, _ = forced.remove(removed.unsqueeze(0).expand(forced.steps, -1, -1))  # (T, P)
     importance[:, real_index.cpu()] = lost.cpu()
     return importance
-
-
-@torch.no_grad()
-def occlusion_importance(decoder, encoded: EncoderOutput, occluded: EncoderOutput, target: Tensor) -> Tensor:
-    """log p(gold) lost at each step when each position's input is taken away before encoding, (T, L).
-
-    ``encoded`` holds one source (L memory positions, P of them real); ``occluded`` (P rows) holds version k of
-    that source with the input under its k-th real position taken away and encoded again. ``target`` (T + 1,) is
-    <bos> w1 ... <eos>. The forced pass runs once over the source and its P versions (one batch), so each
-    version's whole pass, initial state included, is without that position."""
-    _one_source(encoded, "occlusion_importance")
-    real_index = encoded.mask[0].nonzero().squeeze(1)  # (P,)
-    if occluded.batch_size != real_index.numel():
-        raise ValueError(f"the source has {real_index.numel()} real positions but {occluded.batch_size} occluded versions were given")
-    target = target.to(encoded.memory.device)
-    both = EncoderOutput.joined([encoded, occluded])  # (1 + P, L): the source, then its versions
-    inputs, gold = target[:-1], target[1:]  # (T,), (T,)
-    logits = decoder(both, inputs.expand(both.batch_size, -1), need_attention=False).logits.float()  # (1 + P, T, V)
-    log_p = logits.log_softmax(-1).gather(2, gold.view(1, -1, 1).expand(both.batch_size, -1, 1)).squeeze(2)  # (1 + P, T)
-    importance = torch.full((inputs.shape[0], encoded.mask.shape[1]), float("nan"))
-    importance[:, real_index.cpu()] = (log_p[0:1] - log_p[1:]).t().cpu()  # (T, P)
-    return importance
-
-
-def importance_maps(decoder, encoded: EncoderOutput, occluded: tuple[EncoderOutput, EncoderOutput], target: Tensor) -> dict[str, Tensor]:
-    """Both importance forms of one source over its real positions, {form: (T, P)}, as forced attention gives its
-    rows: through attention from ``encoded`` (what the comparison attends over), from the input from ``occluded``
-    = (the source encoded as its versions are, the versions)."""
-    plain, versions = occluded
-    return {
-        ATTENTION_PATH: attention_importance(decoder, encoded, target)[:, encoded.mask[0].cpu()],
-        INPUT_OCCLUSION: occlusion_importance(decoder, plain, versions, target)[:, plain.mask[0].cpu()],
-    }
-
-
-def importance_distribution(importance: Tensor) -> Tensor:
-    """Importance (T, L) as a distribution over positions per step, to draw it and score it as attention is
-    scored (pointing game, in-box mass, alignment): the positive part (log-probability the token lost)
-    normalised to sum to 1; a step that lost nothing anywhere is uniform over its known (not NaN) positions."""
-    known = ~importance.isnan()  # (T, L) NaN: no importance there (padding, or a source of one position)
-    lost = importance.float().nan_to_num(0.0).clamp_min(0.0)  # (T, L)
-    total = lost.sum(-1, keepdim=True)  # (T, 1)
-    uniform = known.float() / known.sum(-1, keepdim=True).clamp_min(1)  # over the known positions
-    return torch.where(total > 0, lost / total.clamp_min(1e-12), uniform)
 
 
 def json_number(value: Tensor | float) -> float | None:

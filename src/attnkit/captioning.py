@@ -29,9 +29,10 @@ from attnkit.config import ExperimentConfig, SearchConfig, from_dict
 from attnkit.data.batching import Batch, batch_gold, pad_sequences
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
 from attnkit.data.features import FeatureCache, encoder_identity
-from attnkit.data.images import ImageError, ImageSource, MosaicFile, image_tensor, load_image, load_image_source, mosaic_arrangements, occlude_cells, open_rgb
+from attnkit.data.images import ImageError, ImageSource, MosaicFile, image_tensor, load_image, load_image_source, mosaic_arrangements, grey_cells, open_rgb
 from attnkit.encoders.image import ImageEncoder
 from attnkit.errors import UserError
+from attnkit.importance import HideableSource
 from attnkit.interfaces import EncoderOutput, GridFeatures, Pixels
 from attnkit.metrics import caption_scores
 from attnkit.losses import Seq2SeqObjective
@@ -170,17 +171,18 @@ class Captioner:
         """The image encoder's output for image files or PIL images (raises ImageError for a bad file)."""
         return self.model.encode(self._sources(images).to(self.device))
 
-    @torch.no_grad()
-    def encode_occluded(self, image: ImageInput, grid: tuple[int, int], batch_size: int = 25) -> tuple[EncoderOutput, EncoderOutput]:
-        """``image`` encoded as it is (1 row) and once per cell of its ``grid`` (row-major) with that cell's pixels
-        greyed (:func:`attnkit.data.images.occlude_cells`; g*g rows): the two inputs of
-        :func:`attnkit.analysis.occlusion_importance`. Both from the pixels through the whole backbone, so they
-        differ by the greyed cell only (a feature cache holds no greyed photos, and its fp16 features would
-        differ a little everywhere); ``batch_size`` images at a time."""
-        pixels = self._pixels(image)  # (3, H, W)
-        every = torch.cat([pixels.unsqueeze(0), occlude_cells(pixels, grid)])  # (1 + L, 3, H, W)
-        encoded = EncoderOutput.joined([self.model.encode(Pixels(every[start : start + batch_size]).to(self.device)) for start in range(0, every.shape[0], batch_size)])
-        return encoded.row(0), encoded.rows(1, encoded.batch_size)
+    def hideable(self, image: ImageInput, grid: tuple[int, int]) -> HideableSource:
+        """``image`` as a source whose grid cells can be hidden: each keep mask (B, rows, columns) greys the pixels of
+        the cells it drops (:func:`attnkit.data.images.grey_cells`) and encodes the copies through the whole backbone,
+        so they differ by the greyed cells only (a feature cache holds no greyed photos, and its fp16 features would
+        differ a little everywhere). The input of every estimator in :mod:`attnkit.importance`."""
+        pixels = self._pixels(image).to(self.device)  # (3, H, W)
+
+        @torch.no_grad()
+        def encode_keeping(keep: Tensor) -> EncoderOutput:
+            return self.model.encode(Pixels(grey_cells(pixels, keep)))
+
+        return HideableSource(tuple(grid), encode_keeping)
 
     @torch.no_grad()
     def caption(self, images: Sequence[ImageInput], beam_size: int | None = None, batch_size: int = 32, n_best: int = 1) -> list[list[Caption]]:

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from torch import Tensor
 
-from attnkit.analysis import IMPORTANCE_FORMS, IMPORTANCE_LABELS, READING, importance_distribution, json_number
+from attnkit.analysis import READING, json_number
+from attnkit.importance import IMPORTANCE_LABELS, ImportanceSettings, importance_distribution
 from attnkit.comparison import (
     DEFAULT_EXTRACTION,
     AttentionComparer,
@@ -187,7 +188,7 @@ def _importance_steps(image, comparison: Comparison, statistics: dict) -> list[d
     modality the most important position, the loss there and the attention's rank correlation with it."""
     maps = comparison.importance()
     steps: list[dict] = [{} for _ in comparison.target_words]
-    for form in IMPORTANCE_FORMS:
+    for form in comparison.estimators():
         pictures = overlays(image, importance_distribution(maps["image"][form]), comparison.grid, longest=MAP_PIXELS)
         text_shares = importance_distribution(maps["text"][form])  # (T, S)
         for t, step in enumerate(steps):
@@ -290,7 +291,7 @@ def render_report(image, comparison: Comparison, statistics: dict, title: str = 
     if importance_steps is not None:  # the view switch: attention, or what the output rested on
         head_choices += (
             '<label>show: <select id="view"><option value="" selected>attention</option>'
-            + "".join(f'<option value="{form}">{escape(IMPORTANCE_LABELS[form])}</option>' for form in IMPORTANCE_FORMS)
+            + "".join(f'<option value="{form}">{escape(IMPORTANCE_LABELS[form])}</option>' for form in comparison.estimators())
             + "</select></label>"
         )
     head_choices = f'<p class="heads">{head_choices}</p>' if head_choices else ""
@@ -324,10 +325,12 @@ def render_report(image, comparison: Comparison, statistics: dict, title: str = 
 
 
 def write_comparison(
-    comparer: AttentionComparer, image, source: str, target: str | None, out: Path, title: str = "", log=print, importance: bool = True
+    comparer: AttentionComparer, image, source: str, target: str | None, out: Path, title: str = "", log=print,
+    importance: bool | ImportanceSettings = True,
 ) -> list[tuple[Path, str]]:
     """The PNGs, HTML report and statistics JSON of one image + sentence, importance maps beside the attention
-    (``importance``; without them no importance.png is written and the report has no view switch)."""
+    (``importance``: True for the default estimators, or the settings of :mod:`attnkit.importance`; without them no
+    importance.png is written and the report has no view switch)."""
     comparison = comparer.compare([image], [source], None if target is None else [target], heads=True, importance=importance)[0]  # the report's switches
     return _write_comparison_files(image, comparison, {"target_given": target is not None}, out, title, log, {})
 
@@ -389,15 +392,15 @@ def compare_scenes(
     beam: int | None = None,
     log=print,
     extraction: str = DEFAULT_EXTRACTION,
-    importance: bool = True,
+    importance: bool | ImportanceSettings = True,
     progress: bool | None = None,
 ) -> list[tuple[Path, str]]:
     """Metrics JSON and distribution plots on ``count`` generated scenes per split, and the comparison of one scene.
 
     ``extraction``: which step's attention is a word's in the headline grounding and the plots; the
     metrics hold the grounding under every extraction too. ``importance``: the metrics score the importance maps
-    too (:func:`~attnkit.comparison.evaluate_scenes`; about five times the cost); the one scene's comparison always
-    draws them. ``progress``: a progress bar over each split's scenes (None: where standard error is a terminal)."""
+    too (:func:`~attnkit.comparison.evaluate_scenes`; True: the default estimators, or those the settings name;
+    docs/comparison.md gives the cost); the one scene's comparison always draws them. ``progress``: a progress bar over each split's scenes (None: where standard error is a terminal)."""
     if comparer.translator.pipeline.source_lang != "fr" or comparer.translator.pipeline.target_lang != "en":
         raise UserError("generated scenes are described in French and English: this needs a French -> English model trained on scenes")
     if count < 1:
@@ -447,5 +450,6 @@ def compare_scenes(
         outputs.append((head_plot, "the pointing game and the AER of every layer's every head"))
     example = generate_scenes(1, seed, "test", size)[0]
     sentence = example.sentences[0]
-    outputs += write_comparison(comparer, example.image(), sentence.french_text, sentence.english_text, out / "example", log=log)
+    drawn = importance if isinstance(importance, ImportanceSettings) else True
+    outputs += write_comparison(comparer, example.image(), sentence.french_text, sentence.english_text, out / "example", log=log, importance=drawn)
     return outputs

@@ -24,6 +24,7 @@ from attnkit.data.batching import pad_sequences
 from attnkit.data.text import ParallelTextDataset, collate_pairs, read_parallel, resolve_languages
 from attnkit.errors import UserError
 from attnkit.files import write_text_atomic
+from attnkit.importance import HideableSource
 from attnkit.interfaces import EncoderOutput
 from attnkit.metrics import translation_scores
 from attnkit.losses import Seq2SeqObjective
@@ -105,14 +106,19 @@ class Translator:
         source = pad_sequences([self.pipeline.source_vocab.encode(w) for w in words]).to(self.device)
         return self.model.encode(source)
 
-    @torch.no_grad()
-    def encode_occluded(self, words: list[str]) -> tuple[EncoderOutput, EncoderOutput]:
-        """The source ``words`` (the source tokenizer's tokens) encoded as they are (1 row) and once per word with
-        that word replaced by ``<unk>`` (S rows): the two inputs of :func:`attnkit.analysis.occlusion_importance`."""
-        ids = self.pipeline.source_vocab.encode(words)
+    def hideable(self, words: list[str]) -> HideableSource:
+        """The source ``words`` (the source tokenizer's tokens) as a source whose words can be hidden: each keep mask
+        (B, S) replaces the words it drops by ``<unk>`` and encodes the copies. The input of every estimator in
+        :mod:`attnkit.importance`."""
+        ids = torch.tensor(self.pipeline.source_vocab.encode(words), device=self.device)  # (S,)
         unknown = self.pipeline.source_vocab.unk_index
-        encoded = self.model.encode(pad_sequences([ids] + [ids[:k] + [unknown] + ids[k + 1 :] for k in range(len(ids))]).to(self.device))
-        return encoded.row(0), encoded.rows(1, encoded.batch_size)
+
+        @torch.no_grad()
+        def encode_keeping(keep: Tensor) -> EncoderOutput:
+            copies = torch.where(keep, ids, torch.full_like(ids, unknown))  # (B, S)
+            return self.model.encode(pad_sequences(copies.tolist()).to(self.device))
+
+        return HideableSource((len(words),), encode_keeping)
 
     @torch.no_grad()
     def translate(

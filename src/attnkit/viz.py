@@ -185,18 +185,18 @@ def _strip(pictures: list, count: int, gap: int = 8):
 
 
 def plot_importance(image, comparison, path: str | Path, title: str = "", columns: int = 6) -> Path:
-    """Each target word's attention beside its two importance maps (:mod:`attnkit.analysis`), in both modalities.
+    """Each target word's attention beside its importance maps (:mod:`attnkit.importance`), in both modalities.
 
-    Over the image: per block of ``columns`` words, a row of attention overlays, then a row per importance form
-    (the positive part, normalised per word, so the most important cell is red). Over the source words: three
-    matrices side by side, attention and the two forms, a row per target word. ``comparison`` is an
+    Over the image: per block of ``columns`` words, a row of attention overlays, then a row per importance estimator
+    the comparison holds (the positive part, normalised per word, so the most important cell is red). Over the source
+    words: matrices side by side, attention and each estimator, a row per target word. ``comparison`` is an
     :class:`attnkit.comparison.Comparison` holding importance maps (``compare(importance=True)``)."""
-    from attnkit.analysis import IMPORTANCE_FORMS, IMPORTANCE_LABELS, importance_distribution
+    from attnkit.importance import IMPORTANCE_LABELS, importance_distribution
 
     maps = comparison.importance()
     words, sources = comparison.target_words, comparison.source_words
     views = [("attention", comparison.image_attention, comparison.text_attention)] + [
-        (IMPORTANCE_LABELS[form], importance_distribution(maps["image"][form]), importance_distribution(maps["text"][form])) for form in IMPORTANCE_FORMS
+        (IMPORTANCE_LABELS[form], importance_distribution(maps["image"][form]), importance_distribution(maps["text"][form])) for form in comparison.estimators()
     ]
     blocks = (len(words) + columns - 1) // columns
     panel = 1.6  # inches per image panel

@@ -9,8 +9,8 @@ One image and one source sentence (the target defaults to the caption decoded fr
 
 writes ``comparison.png`` (per target word its image map; below them one matrix of
 every word's weights over the source words), ``importance.png`` (each word's attention above its
-importance maps: the log-probability it loses when a cell or a source word is taken away, through
-attention and from the input), ``report.html`` (self-contained; hover or click a word; switch between
+importance maps: how much of its log-probability rests on each cell and each source word, by the
+estimators ``--importance`` names: through attention and from the input unless told otherwise), ``report.html`` (self-contained; hover or click a word; switch between
 attention and importance) and ``statistics.json`` (entropy, peak, effective positions, erasure,
 importance and its agreement with attention, per word and modality).
 
@@ -49,6 +49,7 @@ from attnkit.analysis import EXTRACTIONS
 from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer
 from attnkit.data.images import MOSAIC_PHOTOS, open_rgb
 from attnkit.errors import UserError
+from attnkit.importance import DEFAULT_ESTIMATORS, ESTIMATORS, ImportanceSettings, parse_estimators, parse_sizes
 from attnkit.report import compare_scenes, write_comparison, write_mosaic_comparison
 
 COMPARISON_FILES = ("comparison.png", "importance.png", "report.html", "statistics.json")  # what write_comparison writes in its folder (importance.png: not for a mosaic)
@@ -79,6 +80,15 @@ def get_args_parser() -> argparse.ArgumentParser:
         help="leave out the importance maps (they cost a forward pass per grid cell and per source word): for one image, importance.png and "
         "the report's view switch; with --scenes, their scores in metrics.json (about a sixth of the time per scene; the example scene keeps them)",
     )  # fmt: skip
+    parser.add_argument(
+        "--importance", type=parse_estimators, default=DEFAULT_ESTIMATORS, metavar="NAMES",
+        help=f"the importance estimators, separated by commas, from {', '.join(ESTIMATORS)} (default {','.join(DEFAULT_ESTIMATORS)}; "
+        "docs/comparison.md says what each measures, what it costs and how each scores on scenes)",
+    )  # fmt: skip
+    defaults = ImportanceSettings()
+    parser.add_argument("--windows", type=parse_sizes, default=defaults.window_sizes, metavar="SIZES", help="windows: their sides in cells (lengths in words), e.g. 1,2,3")
+    parser.add_argument("--masks", type=int, default=defaults.masks, help=f"random_masks: how many (default {defaults.masks})")
+    parser.add_argument("--mask-share", type=float, default=defaults.mask_share, help=f"random_masks: the share of positions each hides (default {defaults.mask_share})")
     parser.add_argument("--no-progress", action="store_true", help="--scenes: no progress bar over the scenes (without it, the bar shows on a terminal)")
     parser.add_argument("--out", required=True, help="output folder (created; files in it are replaced)")
     parser.add_argument("--device", default="auto")
@@ -89,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
     out = Path(args.out)
     # Everything the user can get wrong is checked before the models load and the work starts.
+    settings = ImportanceSettings(args.importance, args.windows, args.masks, args.mask_share)
     if args.checkpoint and (args.caption_checkpoint or args.translation_checkpoint):
         raise UserError("give a joint checkpoint, or a captioning and a translation checkpoint, not both")
     if not args.checkpoint and not (args.caption_checkpoint and args.translation_checkpoint):
@@ -110,14 +121,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_output_folder(out, "--out", files=COMPARISON_FILES)
         images = [open_rgb(image) for image in args.image]  # an unreadable photo is named before the models load
     comparer = AttentionComparer.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device)
+    grid_size = comparer.captioner.model.encoder_for("image").config.grid_size  # 0: the backbone's own, known once encoded
+    if grid_size:
+        settings.check_grid((grid_size, grid_size))
+    importance = False if args.no_importance else settings
     if args.scenes:
         outputs = compare_scenes(
-            comparer, out, args.scenes, args.seed, args.scene_size, args.beam, extraction=args.extraction, importance=not args.no_importance,
+            comparer, out, args.scenes, args.seed, args.scene_size, args.beam, extraction=args.extraction, importance=importance,
             progress=False if args.no_progress else None,  # None: shown where standard error is a terminal
         )  # fmt: skip
     elif len(images) == 1:
         warn_overlong_sources(comparer.translator, args.source, what="source sentence")  # a mosaic's joined source is never cut: too long is refused
-        outputs = write_comparison(comparer, images[0], args.source[0], args.target, out, importance=not args.no_importance)
+        outputs = write_comparison(comparer, images[0], args.source[0], args.target, out, importance=importance)
     else:
         outputs = write_mosaic_comparison(comparer, images, args.source, args.target, args.own or 0, out)
     for path, what in outputs:

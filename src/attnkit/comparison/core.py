@@ -21,7 +21,6 @@ from torch import Tensor
 from attnkit.analysis import (
     EMITTING,
     EXTRACTIONS,
-    IMPORTANCE_FORMS,
     READING,
     Agreement,
     Erasure,
@@ -31,7 +30,6 @@ from attnkit.analysis import (
     erasure_means,
     forced_attention,
     forced_attention_by_head,
-    importance_maps,
     json_number,
     localisation,
     quadrant_weights,
@@ -44,6 +42,7 @@ from attnkit.checkpoint import load_checkpoint
 from attnkit.data.batching import pad_sequences
 from attnkit.data.images import MOSAIC_PHOTOS, mosaic, open_rgb
 from attnkit.errors import UserError
+from attnkit.importance import ImportanceSettings, importance_maps
 from attnkit.interfaces import EncoderOutput
 from attnkit.model import model_from_checkpoint
 from attnkit.translation import Translator
@@ -69,14 +68,18 @@ class Comparison:
     text_heads: Tensor | None = None  # (T + 1, N, h, S); the steps of ``forced_attention(read_eos=True)``
     image_offset: int = 1  # the captioner's decoder.reading_offset
     text_offset: int = 1  # the translator's
-    image_importance: dict[str, Tensor] | None = None  # importance form -> (T, L) log p of each step's token lost per cell
-    text_importance: dict[str, Tensor] | None = None  # form -> (T, S) per source word (compare(importance=True))
+    image_importance: dict[str, Tensor] | None = None  # importance estimator -> (T, L) how much each step's token rests on each cell
+    text_importance: dict[str, Tensor] | None = None  # estimator -> (T, S) per source word (compare(importance=...))
 
     def importance(self) -> dict[str, dict[str, Tensor]]:
-        """Per modality and importance form (:data:`attnkit.analysis.IMPORTANCE_FORMS`), the (T, L) map of every step."""
+        """Per modality and importance estimator (:mod:`attnkit.importance`), the (T, L) map of every step."""
         if self.image_importance is None or self.text_importance is None:
             raise ValueError("this comparison holds no importance maps (compare(importance=True))")
         return {"image": self.image_importance, "text": self.text_importance}
+
+    def estimators(self) -> tuple[str, ...]:
+        """The importance estimators this comparison holds maps of, in the order they were asked for (none: ())."""
+        return tuple(self.image_importance) if self.image_importance is not None else ()
 
     def agreement(self, form: str, extraction: str = EMITTING) -> dict[str, Agreement]:
         """Per modality, how each target word's attention (under ``extraction``) agrees with its importance in
@@ -128,18 +131,18 @@ class Comparison:
             return {name: round(float(getattr(found, name)[t]), 4) for name in Erasure.__dataclass_fields__}
 
         maps = self.importance() if self.image_importance is not None and self.text_importance is not None else None
-        agreed = {form: self.agreement(form) for form in IMPORTANCE_FORMS} if maps is not None else None  # form -> modality -> Agreement
+        agreed = {form: self.agreement(form) for form in self.estimators()} if maps is not None else None  # form -> modality -> Agreement
 
         def importance_at(t: int) -> dict:
             """Word t's importance maps (null where there is none: a source of one position) and, for a word, its
             attention's agreement with them."""
             found = {}
             for modality, by_form in maps.items():
-                found[modality] = {form: [json_number(v) for v in by_form[form][t]] for form in IMPORTANCE_FORMS}
+                found[modality] = {form: [json_number(v) for v in by_form[form][t]] for form in self.estimators()}
                 if t < len(self.target_words) - 1:
                     found[modality]["agreement"] = {
                         form: {name: json_number(getattr(agreed[form][modality], name)[t]) for name in ("rank_correlation", "peak_match", "top_mass")}
-                        for form in IMPORTANCE_FORMS
+                        for form in self.estimators()
                     }
             return found
 
@@ -159,7 +162,7 @@ class Comparison:
         if erased is not None:
             means["erasure"] = {modality: erasure_means([found]) for modality, found in erased.items()}
         if agreed is not None:
-            means["agreement"] = {modality: {form: agreement_means([agreed[form][modality]]) for form in IMPORTANCE_FORMS} for modality in MODALITIES}
+            means["agreement"] = {modality: {form: agreement_means([agreed[form][modality]]) for form in self.estimators()} for modality in MODALITIES}
         return means
 
 
@@ -209,7 +212,7 @@ class AttentionComparer:
 
     def compare(
         self, images: Sequence[ImageInput], sources: Sequence[str], targets: Sequence[str] | None = None, erase: bool = True, heads: bool = False,
-        importance: bool = False, each: Callable[[], object] | None = None,
+        importance: bool | ImportanceSettings = False, each: Callable[[], object] | None = None,
     ) -> list[Comparison]:  # fmt: skip
         """Force each target (default: the caption decoded from the image) through both encoders' outputs.
 
@@ -217,9 +220,9 @@ class AttentionComparer:
         ``erase``: also measure what erasing memory positions from each step's attention does
         (:func:`attnkit.analysis.erasure`, random draws seeded by the example's position).
         ``heads``: also keep every layer's and head's attention (a Transformer's; an RNN's one attention).
-        ``importance``: also the importance maps of every position in both forms (:mod:`attnkit.analysis`:
-        through attention, and from the input: each grid cell greyed and each source word made ``<unk>``,
-        re-encoded), one or a few batched passes per form and example.
+        ``importance``: also the importance maps of every position in both modalities, by the estimators and settings
+        it names (:class:`attnkit.importance.ImportanceSettings`; True: the default ones, through attention and from
+        the input), batched passes per estimator and example.
         ``each``: called once as each example's comparison is done (e.g. a progress bar's ``update``).
         """
         if len(images) != len(sources) or (targets is not None and len(targets) != len(images)):
@@ -228,8 +231,9 @@ class AttentionComparer:
             targets = self.decoded_targets(images)
         words, caption_ids, text_ids = self._target_ids(targets)
         text_encoded, source_words = self.translator.encode(list(sources))
-        occlude = images if importance else None
-        return self._compare_encoded(words, caption_ids, text_ids, self.captioner.encode(images), text_encoded, source_words, erase, heads, occlude, each)
+        settings = ImportanceSettings() if importance is True else importance or None
+        hideable = (images, settings) if settings is not None else None
+        return self._compare_encoded(words, caption_ids, text_ids, self.captioner.encode(images), text_encoded, source_words, erase, heads, hideable, each)
 
     def decoded_targets(self, images: Sequence[ImageInput]) -> list[str]:
         """The caption the captioner decodes from each image (its recipe's search): the default target to force."""
@@ -243,10 +247,11 @@ class AttentionComparer:
 
     def _compare_encoded(
         self, words: list[list[str]], caption_ids: Tensor, text_ids: Tensor, image_encoded: EncoderOutput, text_encoded: EncoderOutput,
-        source_words: list[list[str]], erase: bool, heads: bool, occlude: Sequence[ImageInput] | None = None, each: Callable[[], object] | None = None,
+        source_words: list[list[str]], erase: bool, heads: bool, hideable: tuple[Sequence[ImageInput], ImportanceSettings] | None = None,
+        each: Callable[[], object] | None = None,
     ) -> list[Comparison]:  # fmt: skip
-        """Force the target ids (B, T) through both encoders' outputs (see ``compare``); ``occlude``: the images,
-        for importance maps; ``each``: called as each example is done."""
+        """Force the target ids (B, T) through both encoders' outputs (see ``compare``); ``hideable``: the images and
+        the importance settings, for importance maps; ``each``: called as each example is done."""
         image_decoder, text_decoder = self.captioner.model.decoder, self.translator.model.decoder
         image_steps, image_every = _forced(image_decoder, image_encoded, caption_ids.to(self.captioner.device), heads)
         text_steps, text_every = _forced(text_decoder, text_encoded, text_ids.to(self.translator.device), heads)
@@ -262,11 +267,12 @@ class AttentionComparer:
                     for decoder, encoded, ids in ((image_decoder, image_encoded, caption_ids), (text_decoder, text_encoded, text_ids))
                 )
             maps = (None, None)
-            if occlude is not None:
+            if hideable is not None:
+                images, settings = hideable
                 image_ids, text_target = caption_ids[i, : len(w) + 2], text_ids[i, : len(w) + 2]
                 maps = (
-                    importance_maps(image_decoder, image_encoded.row(i), self.captioner.encode_occluded(occlude[i], grid), image_ids),
-                    importance_maps(text_decoder, text_encoded.row(i), self.translator.encode_occluded(source), text_target),
+                    importance_maps(image_decoder, image_encoded.row(i), self.captioner.hideable(images[i], grid), image_ids.to(self.captioner.device), settings),
+                    importance_maps(text_decoder, text_encoded.row(i), self.translator.hideable(source), text_target.to(self.translator.device), settings),
                 )
             comparisons.append(
                 Comparison(

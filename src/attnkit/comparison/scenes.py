@@ -16,20 +16,19 @@ from tqdm import tqdm
 from attnkit.analysis import (
     EMITTING,
     EXTRACTIONS,
-    IMPORTANCE_FORMS,
     Agreement,
     ImageGrounding,
     TextGrounding,
     agreement_means,
     image_grounding,
-    importance_distribution,
     summarise,
     text_grounding,
 )
 from attnkit.comparison.core import MODALITIES, AttentionComparer
 from attnkit.comparison.word_groups import add_erasure_by_group, erasure_groups, summarise_erasure_by_group
-from attnkit.data.scenes import Scene, word_kind
+from attnkit.data.scenes import CONTENT_KINDS, Scene, word_kind
 from attnkit.errors import UserError
+from attnkit.importance import ImportanceSettings, importance_distribution
 from attnkit.metrics import caption_scores, translation_scores
 
 
@@ -78,16 +77,20 @@ class _SceneGrounding:
         for kind in set(kinds):
             sure, possible = ([(f, e) for f, e in links if kinds[e] == kind] for links in (sentence.sure, sentence.possible))
             if possible:
-                self.text_by_kind[kind] += text_grounding(text, sure, possible, len(sentence.english), sentence=number)
+                words = [e for e, k in enumerate(kinds) if k == kind]
+                self.text_by_kind[kind] += text_grounding(text, sure, possible, len(sentence.english), sentence=number, scored=words)
 
     def grounding(self) -> dict:
         image_score, text_score = sum(self.image_by_kind.values(), ImageGrounding()), sum(self.text_by_kind.values(), TextGrounding())
+        content = sum((score for kind, score in self.text_by_kind.items() if kind in CONTENT_KINDS), TextGrounding())
         return {
             "image_referring_words": image_score.words,
             "pointing_hit_rate": round(100 * image_score.hit_rate, 2),
             "in_box_mass": round(image_score.mean_mass, 4),
             "text_words": text_score.words,
             "aer": round(text_score.aer, 4),
+            "content_words": content.words,
+            "aer_content_words": round(content.aer, 4),  # size, colour, shape and relation words (data.scenes.CONTENT_KINDS)
             "text_peak_on_aligned": round(100 * text_score.peak_on_aligned_rate, 2),
             "pointing_hit_rate_by_word_kind": {kind: round(100 * score.hit_rate, 2) for kind, score in sorted(self.image_by_kind.items())},
             "text_peak_on_aligned_by_word_kind": {kind: round(100 * score.peak_on_aligned_rate, 2) for kind, score in sorted(self.text_by_kind.items())},
@@ -146,7 +149,7 @@ def choose_declared_attention(grounding_by_head: dict) -> tuple[int, int]:
 
 def evaluate_scenes(
     comparer: AttentionComparer, scenes: Sequence[Scene], beam_size: int | None = None, batch_size: int = 64, extraction: str = DEFAULT_EXTRACTION,
-    importance: bool = True, progress: bool | None = None,
+    importance: bool | ImportanceSettings = True, progress: bool | None = None,
 ) -> dict:  # fmt: skip
     """Caption and translation quality, attention statistics and grounding on ``scenes``.
 
@@ -161,9 +164,10 @@ def evaluate_scenes(
     ``erasure``: per modality (and word kind), what removing the attention peak, a
     random position or the lowest-weight one from a word's step does to its
     log-probability and its argmax (:func:`attnkit.analysis.erasure`).
-    ``importance``: also ``importance_grounding``, each importance form's maps (as distributions,
-    :func:`attnkit.analysis.importance_distribution`) scored exactly as the attention of the emitting step
-    is (pointing game, in-box mass, AER), and ``agreement``: attention against importance per modality and form.
+    ``importance``: also ``importance_grounding``, each importance estimator's maps (as distributions,
+    :func:`attnkit.importance.importance_distribution`) scored exactly as the attention of the emitting step
+    is (pointing game, in-box mass, AER), and ``agreement``: attention against importance per modality and
+    estimator; True: the default estimators, or those an :class:`attnkit.importance.ImportanceSettings` names.
     ``progress``: a progress bar over the scenes as their comparisons are done (the slow part, above all with
     importance maps: docs/comparison.md gives the cost per scene); None shows it where standard error is a terminal.
     """
@@ -187,19 +191,20 @@ def evaluate_scenes(
     pooled = {name: _SceneGrounding() for name in EXTRACTIONS}
     by_head: dict[str, dict[tuple[int, int], _SceneGrounding]] = {modality: defaultdict(_SceneGrounding) for modality in MODALITIES}
     erased = erasure_groups()  # by word kind
-    by_importance = {form: _SceneGrounding() for form in IMPORTANCE_FORMS}
+    settings = ImportanceSettings() if importance is True else importance or None
+    by_importance = {form: _SceneGrounding() for form in settings.estimators} if settings is not None else {}
     agreed: dict[str, dict[str, list[Agreement]]] = {modality: defaultdict(list) for modality in MODALITIES}  # modality -> form -> parts
     bar = tqdm(total=len(scenes), desc="scenes compared", unit="scene", leave=False, mininterval=1.0, disable=None if progress is None else not progress)
     for start in range(0, len(scenes), batch_size):
         chunk = scenes[start : start + batch_size]
         compared = comparer.compare(
             images[start : start + batch_size], [s.sentences[0].french_text for s in chunk], [s.sentences[0].english_text for s in chunk], heads=True,
-            importance=importance, each=bar.update,
+            importance=settings or False, each=bar.update,
         )  # fmt: skip
         for number, (scene, comparison) in enumerate(zip(chunk, compared), start):
             for name, scores in pooled.items():
                 scores.add(scene, number, *comparison.word_attention(name), comparison.grid)
-            if importance:
+            if settings is not None:
                 words = len(comparison.target_words) - 1
                 maps = comparison.importance()
                 for form, scores in by_importance.items():
@@ -216,7 +221,7 @@ def evaluate_scenes(
     bar.close()
 
     with_importance = {}
-    if importance:
+    if settings is not None:
         with_importance = {
             "importance_grounding": {form: scores.grounding() for form, scores in by_importance.items()},
             "agreement": {modality: {form: agreement_means(parts) for form, parts in by_form.items()} for modality, by_form in agreed.items()},

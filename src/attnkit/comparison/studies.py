@@ -13,7 +13,6 @@ from torch import Tensor
 
 from attnkit.analysis import (
     EMITTING,
-    IMPORTANCE_FORMS,
     READING,
     Agreement,
     Erasure,
@@ -21,7 +20,6 @@ from attnkit.analysis import (
     agreement_means,
     erasure,
     forced_attention,
-    importance_maps,
     localisation,
     quadrant_weights,
     summarise,
@@ -33,6 +31,7 @@ from attnkit.comparison.word_groups import add_parts_by_group, comparison_word_g
 from attnkit.data.batching import pad_sequences
 from attnkit.data.images import mosaic_arrangements, open_mosaic
 from attnkit.errors import UserError
+from attnkit.importance import ImportanceSettings, importance_maps
 
 
 @dataclass(frozen=True)
@@ -126,13 +125,14 @@ def mosaic_study(comparer: "AttentionComparer", inputs: Sequence[StudyInput], se
 
 
 def caption_attention_study(
-    captioner: Captioner, items: Sequence[tuple[str | Path, str]], seed: int = 0, batch_size: int = 16, importance: bool = True
+    captioner: Captioner, items: Sequence[tuple[str | Path, str]], seed: int = 0, batch_size: int = 16, importance: bool | ImportanceSettings = True
 ) -> dict:
     """The image half of the study for a captioner alone (choosing an image memory needs no translator).
 
     ``items``: (photo, a caption of it). Each caption is forced over its photo: erasure per word group
     (what removing the peak cell, a random cell or the lowest cell does to the word); with ``importance``, each
-    word's attention against its importance maps (``agreement`` per form and word group); and over a mosaic of
+    word's attention against its importance maps (``agreement`` per estimator and word group; True: the default
+    estimators, or the :class:`attnkit.importance.ImportanceSettings` given); and over a mosaic of
     its photo and three others (arrangements from ``seed``, as :func:`mosaic_study`): localisation per word group,
     at the step that emits each word and (``reading``) at the step that has read it; and the spread of each
     word's attention over its photo (normalised entropy, peak, effective cells).
@@ -141,7 +141,8 @@ def caption_attention_study(
     words = [tokenizer.tokenize(caption) for _, caption in items]
     groups = [[word_group(word, vocab) for word in sentence] for sentence in words]
     erased: dict[str, list[Erasure]] = defaultdict(list)
-    agreed: dict[str, dict[str, list[Agreement]]] = {form: defaultdict(list) for form in IMPORTANCE_FORMS}  # form -> group -> parts
+    settings = ImportanceSettings() if importance is True else importance or None
+    agreed: dict[str, dict[str, list[Agreement]]] = {form: defaultdict(list) for form in settings.estimators} if settings else {}  # form -> group -> parts
     spread: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))  # group -> statistic -> per word
     for start in range(0, len(items), batch_size):
         chunk = range(start, min(start + batch_size, len(items)))
@@ -153,9 +154,9 @@ def caption_attention_study(
                 if group is not None:
                     for name in ("normalised_entropy", "peak", "effective_positions"):
                         spread[group][name].append(getattr(summary, name)[t])
-            if importance:
+            if settings is not None:
                 grid = (encoded.layout.height, encoded.layout.width)
-                maps = importance_maps(decoder, encoded.row(i - start), captioner.encode_occluded(items[i][0], grid), forced[i - start, : len(words[i]) + 2])
+                maps = importance_maps(decoder, encoded.row(i - start), captioner.hideable(items[i][0], grid), forced[i - start, : len(words[i]) + 2], settings)
                 for form, found in maps.items():
                     add_parts_by_group(agreed[form], agreement(rows[: len(words[i])], found[: len(words[i])], generator=torch.Generator().manual_seed(i)), groups[i])
         for row, i in enumerate(chunk):
@@ -179,7 +180,7 @@ def caption_attention_study(
         "erasure": summarise_erasure_by_group({"image": erased})["image"],
         "mosaic": {"seed": seed, "arrangements": arrangements, **tally.summary(), "reading": reading.summary()},
     }
-    if importance:
+    if settings is not None:
         found["agreement"] = {form: pooled_by_group(by_group, agreement_means) for form, by_group in agreed.items()}
     return found
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
-from attnkit.analysis import EMITTING, IMPORTANCE_FORMS, Agreement, Erasure, agreement, agreement_means, erasure_means, is_punctuation, summarise
+from attnkit.analysis import EMITTING, Agreement, Erasure, agreement, agreement_means, erasure_means, is_punctuation, summarise
 from attnkit.comparison.core import MODALITIES, AttentionComparer, Comparison
 from attnkit.vocab import Vocabulary
 
@@ -108,16 +108,17 @@ def attention_by_group(comparisons: Sequence[Comparison], groups: Sequence[Seque
 
 
 def agreement_by_group(comparisons: Sequence[Comparison], groups: Sequence[Sequence[str | None]], extraction: str = EMITTING, heads: bool = False) -> dict:
-    """Per modality and importance form, how the grouped words' attention (under ``extraction``) agrees with their
+    """Per modality and importance estimator (those the comparisons hold), how the grouped words' attention (under ``extraction``) agrees with their
     importance (:func:`attnkit.analysis.agreement`): the means over every grouped word and ``by_group``; with
     ``heads`` (comparisons made with ``heads=True``), the content words' rank correlation and peak match per layer
     and head (``content_by_head``, layers x heads). ``groups[i][t]``: the group of word t of comparison i."""
-    parts = {modality: {form: defaultdict(list) for form in IMPORTANCE_FORMS} for modality in MODALITIES}  # -> group -> Agreements
-    by_head = {modality: {form: [] for form in IMPORTANCE_FORMS} for modality in MODALITIES}  # -> per comparison (W_c, N, h, 2)
+    estimators = comparisons[0].estimators() if comparisons else ()
+    parts = {modality: {form: defaultdict(list) for form in estimators} for modality in MODALITIES}  # -> group -> Agreements
+    by_head = {modality: {form: [] for form in estimators} for modality in MODALITIES}  # -> per comparison (W_c, N, h, 2)
     for comparison, word_groups in zip(comparisons, groups):
         content = torch.tensor([g == "content" for g in word_groups])
         every_head = comparison.head_attention(extraction) if heads else None  # (W, N, h, L) per modality
-        for form in IMPORTANCE_FORMS:
+        for form in estimators:
             for modality, found in comparison.agreement(form, extraction).items():
                 add_parts_by_group(parts[modality][form], found, word_groups)
             if every_head is None or not content.any():
@@ -137,4 +138,4 @@ def agreement_by_group(comparisons: Sequence[Comparison], groups: Sequence[Seque
             found["content_by_head"] = {name: [[round(float(v), 4) for v in row] for row in tables[..., k]] for k, name in enumerate(("rank_correlation", "peak_match"))}
         return found
 
-    return {modality: {form: summary(modality, form) for form in IMPORTANCE_FORMS} for modality in MODALITIES}
+    return {modality: {form: summary(modality, form) for form in estimators} for modality in MODALITIES}

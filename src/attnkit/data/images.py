@@ -97,20 +97,24 @@ def load_image(path: str | Path, size: int, normalization: tuple[tuple[float, ..
     return image_tensor(open_rgb(path), size, normalization)
 
 
-def occlude_cells(pixels: Tensor, grid: tuple[int, int]) -> Tensor:
-    """One copy of normalised ``pixels`` (3, H, W) per grid cell, row-major, with that cell's pixels greyed: set to
-    the normalisation's mean colour, 0 after normalising, what the backbone saw least of in training. (g*g, 3, H, W)
+def grey_cells(pixels: Tensor, keep: Tensor) -> Tensor:
+    """One copy of normalised ``pixels`` (3, H, W) per keep mask of ``keep`` (B, rows, columns) bool, with the pixels
+    of every cell the mask drops greyed: set to the normalisation's mean colour, 0 after normalising, what the
+    backbone saw least of in training. (B, 3, H, W)
 
-    The cells tile the image as the encoder's grid does (cell (r, c) covers rows r*H/g .. (r+1)*H/g, rounded)."""
-    rows, columns = grid
+    The cells tile the image as the encoder's grid does (cell (r, c) covers rows r*H/rows .. (r+1)*H/rows, rounded)."""
     _, height, width = pixels.shape
-    copies = pixels.unsqueeze(0).repeat(rows * columns, 1, 1, 1)  # (L, 3, H, W)
-    for cell in range(rows * columns):
-        row, column = divmod(cell, columns)
-        top, bottom = round(row * height / rows), round((row + 1) * height / rows)
-        left, right = round(column * width / columns), round((column + 1) * width / columns)
-        copies[cell, :, top:bottom, left:right] = 0.0
-    return copies
+    rows, columns = keep.shape[1:]
+    cell_row = _cell_of_pixel(height, rows, keep.device)  # (H,)
+    cell_column = _cell_of_pixel(width, columns, keep.device)  # (W,)
+    kept_pixels = keep[:, cell_row][:, :, cell_column]  # (B, H, W)
+    return pixels.unsqueeze(0) * kept_pixels.unsqueeze(1).to(pixels.dtype)
+
+
+def _cell_of_pixel(pixels: int, cells: int, device: torch.device) -> Tensor:
+    """The cell each of ``pixels`` pixels along one side falls in, for ``cells`` cells whose edges are rounded. (pixels,)"""
+    edges = torch.tensor([round(k * pixels / cells) for k in range(1, cells)], device=device)  # (cells - 1,) inner edges
+    return torch.bucketize(torch.arange(pixels, device=device), edges, right=True)
 
 
 MOSAIC_PHOTOS = 4  # a 2 x 2 mosaic, row-major: top-left, top-right, bottom-left, bottom-right

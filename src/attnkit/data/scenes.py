@@ -179,6 +179,12 @@ def word_kind(word: str) -> str:
     return "size" if word in SIZES else "colour" if word in COLOURS else "shape" if word in SHAPES else word
 
 
+# The kinds of word that carry a scene's content: what an object is and where it is. The rest ("a", "the", "of",
+# "to", "there", "is", "and") frame it; a frame word loses little when its French word is hidden, since the
+# sentence's shape predicts it, so scores over content words keep that effect apart.
+CONTENT_KINDS = ("size", "colour", "shape", *RELATIONS)
+
+
 # -- scenes ----------------------------------------------------------------------------------------------
 def allowed_pairs(split: str) -> list[tuple[str, str]]:
     pairs = [(colour, shape) for colour in COLOURS for shape in SHAPES]

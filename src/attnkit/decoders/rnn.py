@@ -213,6 +213,11 @@ class RNNDecoder(nn.Module):
         """True when the RNN input never depends on attention, so all T steps can run at once."""
         return self.config.style == "luong" and not self.feeds_input
 
+    def value_vectors(self, encoded: EncoderOutput) -> Tensor:
+        """What each memory position adds to the context, as one layer and one head: the memory itself (the context
+        is the attention-weighted sum of the memory; norm-weighted attention reads its norms). (B, 1, 1, L, D)"""
+        return encoded.memory[:, None, None]
+
     def forward(self, encoded: EncoderOutput, inputs: Tensor, teacher_forcing: float = 1.0, need_attention: bool = True) -> DecoderOutput:
         """Unroll over ``inputs`` (B, T) (<bos> w1 ... w_{T-1}); logits predict w1 ... <eos>.
 

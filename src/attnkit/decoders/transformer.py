@@ -176,6 +176,19 @@ class TransformerDecoder(nn.Module):
         return StepOutput(logits, attention, replace(state, self_keys=keys, self_values=values, steps=state.steps + 1))
 
     # -- teacher-forced pass ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def value_vectors(self, encoded: EncoderOutput) -> Tensor:
+        """What each memory position adds to each layer's cross-attention output through each head: its value
+        vector times the head's slice of the output projection, f_h(m) = (W_V^h m + b_V^h) W_O^h (Kobayashi et al.
+        2020; the output bias is added once, after the sum). (B, N, h, L, M)"""
+        every = []
+        for layer in self.layers:
+            attention = layer.cross_attention
+            _, values = attention.keys_values(encoded.memory)  # (B, h, L, d)
+            projection = attention.output.weight.view(-1, attention.heads, attention.head_size)  # (M, h, d)
+            every.append(torch.einsum("bhld,mhd->bhlm", values, projection))  # (B, h, L, M)
+        return torch.stack(every, 1)  # (B, N, h, L, M)
+
     def forward(self, encoded: EncoderOutput, inputs: Tensor, teacher_forcing: float = 1.0, need_attention: bool = True) -> DecoderOutput:
         """All T steps of ``inputs`` (B, T) (<bos> w1 ... w_{T-1}) at once; logits predict w1 ... <eos>.
 
