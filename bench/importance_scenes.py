@@ -36,7 +36,7 @@ from attnkit.importance import ESTIMATES_OF_IMPORTANCE, ImportanceSettings
 from machine import busy_cores, print_result, project_path
 
 TARGETS = {"pointing_hit_rate": 95.0, "aer_content_words": 0.10}  # issue 45, test scenes, unsupervised models
-CANDIDATES = {  # name -> settings of one estimator; the name says the settings ("memory": hidden in the memory, not at the input)
+CANDIDATES = {  # name -> settings of one estimator; the name says the settings and where it hides (default: at the input)
     "attention": ImportanceSettings(("attention",)),
     "input": ImportanceSettings(("input",)),
     "input_memory": ImportanceSettings(("input",), hide_at="memory"),
@@ -50,6 +50,9 @@ CANDIDATES = {  # name -> settings of one estimator; the name says the settings 
     "random_masks_256_share_0.5": ImportanceSettings(("random_masks",), masks=256, mask_share=0.5),
     "random_masks_256_share_0.25_memory": ImportanceSettings(("random_masks",), masks=256, mask_share=0.25, hide_at="memory"),
     "random_masks_256_share_0.5_memory": ImportanceSettings(("random_masks",), masks=256, mask_share=0.5, hide_at="memory"),
+    "windows_1_2_attention": ImportanceSettings(("windows",), window_sizes=(1, 2), hide_at="attention"),
+    "windows_1_2_3_attention": ImportanceSettings(("windows",), window_sizes=(1, 2, 3), hide_at="attention"),
+    "random_masks_256_share_0.25_attention": ImportanceSettings(("random_masks",), masks=256, mask_share=0.25, hide_at="attention"),
     "gradients_32": ImportanceSettings(("gradients",), gradient_steps=32),
     "norm_weighted": ImportanceSettings(("norm_weighted",)),
 }

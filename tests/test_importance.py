@@ -14,6 +14,9 @@ from attnkit.importance import (
     ESTIMATORS,
     HideableSource,
     ImportanceSettings,
+    HiddenFromAttention,
+    KeptPositions,
+    at_memory,
     importance_maps,
     input_importance,
     norm_weighted_attention,
@@ -92,11 +95,38 @@ def test_windows_average_the_windows_over_each_position_and_sum_the_sizes():
     are (0 1) (1 2) (2 3) (3 4), so word 2 has the mean of 0 and 10, words 3 and 4 (covered by one window only)
     10 each, as Captum's Occlusion averages them."""
     source = _source()
-    found = window_importance(_ReadsOnlyPosition3(), _hideable(source), TARGET, ImportanceSettings(("windows",), window_sizes=(1, 2)))
+    stub = KeptPositions(_ReadsOnlyPosition3(), _hideable(source), TARGET, batch_size=64)
+    found = window_importance(stub, ImportanceSettings(("windows",), window_sizes=(1, 2)), torch.device("cpu"))
     torch.testing.assert_close(found[0], torch.tensor([0.0, 0.0, 5.0, 20.0, 10.0]), atol=0.01, rtol=0)
     assert int(found[0].argmax()) == READ
-    longer = window_importance(_ReadsOnlyPosition3(), _hideable(source), TARGET, ImportanceSettings(("windows",), window_sizes=(9,)))
+    longer = window_importance(stub, ImportanceSettings(("windows",), window_sizes=(9,)), torch.device("cpu"))
     torch.testing.assert_close(longer[0], torch.full((5,), 10.0), atol=0.01, rtol=0)  # a window longer than the sentence hides it whole
+
+
+def test_hiding_in_the_memory_takes_each_vector_from_the_whole_or_the_hidden_input():
+    memory = torch.arange(12.0).view(1, 4, 3)
+
+    def encode_keeping(keep):  # a stand-in encoder whose every output position mixes its neighbours (as a backbone does)
+        kept = memory * keep.unsqueeze(-1)
+        mixed = kept + kept.roll(1, dims=1)
+        return EncoderOutput(mixed, torch.ones(keep.shape[0], 4, dtype=torch.bool), torch.zeros(keep.shape[0], 3), Tokens(torch.tensor([4])))
+
+    source = HideableSource((4,), encode_keeping)
+    keep = torch.tensor([[True, False, True, True]])
+    at_input, in_memory = source.encode_keeping(keep).memory, at_memory(source, torch.device("cpu")).encode_keeping(keep).memory
+    whole = encode_keeping(torch.ones(1, 4, dtype=torch.bool)).memory
+    assert not torch.equal(at_input[0, 2], whole[0, 2])  # at the input, hiding word 1 reaches its neighbour
+    torch.testing.assert_close(in_memory[0, [0, 2, 3]], whole[0, [0, 2, 3]])  # in the memory it stays at position 1
+    torch.testing.assert_close(in_memory[0, 1], torch.zeros(3))  # whose vector is the wholly hidden input's
+
+
+def test_hidden_from_attention_leaves_something_to_attend_to():
+    source = _source()
+    forward = HiddenFromAttention(_ReadsOnlyPosition3(), source, TARGET, (5,), batch_size=8)
+    longest = window_importance(forward, ImportanceSettings(("windows",), window_sizes=(9,)), torch.device("cpu"))  # cut to 4 words
+    assert longest.shape == (3, 5) and not longest.isnan().any()
+    with pytest.raises(ValueError, match="hides every position"):
+        forward(torch.zeros(1, 5))
 
 
 def test_random_masks_hide_their_share_and_repeat_with_their_seed():
@@ -106,8 +136,10 @@ def test_random_masks_hide_their_share_and_repeat_with_their_seed():
     assert not torch.equal(keep, random_masks(10, 2000, 0.3, torch.Generator().manual_seed(2)))
     source = _source()
     settings = ImportanceSettings(("random_masks",), masks=16, seed=5)
-    first = random_mask_importance(_ReadsOnlyPosition3(), _hideable(source), TARGET, settings)
-    torch.testing.assert_close(first, random_mask_importance(_ReadsOnlyPosition3(), _hideable(source), TARGET, settings))
+    stub = KeptPositions(_ReadsOnlyPosition3(), _hideable(source), TARGET, batch_size=64)
+    first = random_mask_importance(stub, settings, torch.device("cpu"))
+    torch.testing.assert_close(first, random_mask_importance(stub, settings, torch.device("cpu")))
+    assert random_masks(2, 200, 0.9, torch.Generator().manual_seed(0)).any(1).all()  # every mask keeps something
 
 
 def test_uniform_attention_over_positions_that_do_not_matter_agrees_no_better_than_chance():
@@ -203,12 +235,15 @@ def test_importance_through_attention_is_erasure_of_each_position_and_occlusion_
         ids = torch.tensor(source_ids).expand(keep.shape[0], -1)
         return model.encode(pad_sequences(torch.where(keep, ids, vocab.unk_index).tolist()))
 
-    found = input_importance(model.decoder, HideableSource((4,), encode_keeping), target, ImportanceSettings())
+    found = input_importance(KeptPositions(model.decoder, HideableSource((4,), encode_keeping), target, 64), ImportanceSettings(), torch.device("cpu"))
     with torch.no_grad():
         plain = model.decoder(encoded, target[:-1].unsqueeze(0)).logits.log_softmax(-1)[0]  # (T, V)
         other = model.decoder(model.encode(pad_sequences([[4, vocab.unk_index, 6, 7]])), target[:-1].unsqueeze(0)).logits.log_softmax(-1)[0]
     expected = plain.gather(1, target[1:, None]).squeeze(1) - other.gather(1, target[1:, None]).squeeze(1)
     torch.testing.assert_close(found[:, 1], expected, atol=1e-5, rtol=1e-4)
+    # Hidden from the attention, one position at a time, the same estimator is importance through attention.
+    from_attention = importance_maps(model.decoder, encoded, HideableSource((4,), encode_keeping), target, ImportanceSettings(("input",), hide_at="attention"))
+    torch.testing.assert_close(from_attention["input"], through, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("settings", [dict(style="bahdanau", score="additive", rnn="lstm"), TINY_TRANSFORMER], ids=["bahdanau", "transformer"])
@@ -265,6 +300,7 @@ def test_greying_cells_greys_exactly_their_pixels():
         (dict(masks=0), "random masks must be 1 or more"),
         (dict(window_sizes=(1, 0)), "window sizes must be whole numbers of 1 or more"),
         (dict(window_sizes=()), "window sizes must be whole numbers of 1 or more"),
+        (dict(hide_at="output"), "unknown place to hide a position 'output'"),
     ],
 )
 def test_bad_estimator_settings_are_refused_before_any_work(settings, message):

@@ -27,6 +27,7 @@ def importance_cost(monkeypatch):
         (["--captioner", "c.pt"], "give --joint, or both"),
         (["--joint", "j.pt", "--captioner", "c.pt", "--translator", "t.pt"], "give --joint, or both"),
         (["--joint", "j.pt", "--image", "no/such/photo.jpg"], "no photo at no/such/photo.jpg"),
+        (["--joint", "j.pt", "--image", __file__, "--importance", "input,lime"], "unknown importance estimator 'lime'"),
     ],
 )
 def test_bad_options_are_one_message(importance_cost, capsys, argv, message):

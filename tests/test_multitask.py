@@ -357,6 +357,23 @@ def test_compare_scenes_without_importance_maps_scores_the_attention_alone(joint
     assert (out / "example" / "importance.png").is_file()  # the example scene's comparison keeps its maps
 
 
+def test_compare_scenes_scores_the_estimators_it_is_given(joint_comparer, tmp_path):
+    from attnkit.commands import compare
+
+    _, checkpoint = joint_comparer
+    out = tmp_path / "scenes"
+    options = ["--importance", "windows,norm_weighted", "--windows", "1,2", "--hide-at", "memory", "--no-progress"]
+    assert compare.main(["--checkpoint", str(checkpoint), "--scenes", "2", *options, "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    for split in ("test", "compositional"):
+        assert list(metrics[split]["importance_grounding"]) == ["windows", "norm_weighted"]
+        assert list(metrics[split]["agreement"]["image"]) == ["windows", "norm_weighted"]
+        found = metrics[split]["importance_grounding"]["windows"]
+        assert 0 <= found["aer_content_words"] <= 1 and found["content_words"] <= found["text_words"]
+    statistics = json.loads((out / "example" / "statistics.json").read_text())
+    assert set(statistics["per_word"][0]["importance"]["image"]) == {"windows", "norm_weighted", "agreement"}
+
+
 def test_compare_scenes_no_progress_turns_the_bar_off(joint_comparer, tmp_path, monkeypatch):
     from attnkit import report
     from attnkit.commands import compare

@@ -12,14 +12,16 @@ One code path for both modalities. The modality gives a :class:`HideableSource`:
 them out (a grid's rows x columns, a sentence's words) and an encoder that takes a *keep* mask and hides the input
 under every position the mask drops (a photo's cell greyed in pixels, a word made ``<unk>``), then encodes again
 through the whole encoder (:meth:`attnkit.captioning.Captioner.hideable`, :meth:`attnkit.translation.Translator.hideable`).
-Nothing below asks which modality made it.
+The perturbation estimators call one function of a *presence map* (1 kept, 0 hidden per position), which hides
+the dropped positions where ``hide_at`` says (:data:`HIDING`: at the input, in the memory, or from each step's
+attention) and returns every step's log p(gold). Nothing below asks which modality made the source.
 
 =================  ===================================================================  ==========================
 estimator          a position's importance                                              computed by
 =================  ===================================================================  ==========================
 ``attention``      hidden from each step's attention alone (the others renormalise)     by hand (needs the
                                                                                         decoder's state per step)
-``input``          its input hidden, everything re-encoded (one position at a time)     Captum ``FeatureAblation``
+``input``          hidden alone (where: ``hide_at``), the forced pass run again         Captum ``FeatureAblation``
 ``windows``        windows of 1x1, 2x2, 3x3 cells (1-3 words) hidden; per size the      Captum ``Occlusion``
                    mean loss of the windows covering the position, the sizes summed
 ``random_masks``   RISE (Petsiuk et al. 2018): ``masks`` random masks, each hiding a    by hand (not in Captum)
@@ -45,7 +47,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnkit.analysis import attention_importance, forced_attention_by_head
+from attnkit.analysis import _ForcedRun, attention_importance, forced_attention_by_head
 from attnkit.errors import UserError
 from attnkit.interfaces import EncoderOutput
 
@@ -67,11 +69,12 @@ ESTIMATES_OF_IMPORTANCE = (ATTENTION_PATH, INPUT_OCCLUSION, WINDOWS, RANDOM_MASK
 
 
 # Where the perturbation estimators hide a position: at the *input* (a cell's pixels greyed, a word made <unk>, then
-# encoded again through the whole encoder, so a backbone's neighbouring cells see the change too), or in the
-# *memory* (the position's memory vector replaced by the one it has when the whole input is hidden, nothing else
-# recomputed: the decoder's initial state keeps the whole input). The memory is what the attention reads; hiding
-# there keeps a cell's change to the cell.
-HIDING = ("input", "memory")
+# encoded again through the whole encoder, so a backbone's neighbouring cells see the change too); in the *memory*
+# (the position's memory vector replaced by the one it has when the whole input is hidden, nothing else recomputed:
+# the decoder's initial state keeps the whole input), which keeps a cell's change to the cell; or from each step's
+# *attention* (taken out of that step's attention alone, the others renormalised, as the ``attention`` estimator
+# hides one position).
+HIDING = ("input", "memory", "attention")
 
 
 @dataclass(frozen=True)
@@ -121,10 +124,6 @@ class HideableSource:
     shape: tuple[int, ...]
     encode_keeping: Callable[[Tensor], EncoderOutput]
 
-    @property
-    def positions(self) -> int:
-        return int(torch.tensor(self.shape).prod())
-
 
 def at_memory(source: HideableSource, device: torch.device) -> HideableSource:
     """``source`` hidden in the memory rather than at the input (see :data:`HIDING`): its memory with every position
@@ -153,12 +152,15 @@ def gold_log_probs(decoder, encoded: EncoderOutput, target: Tensor) -> Tensor:
     return logits.log_softmax(-1).gather(2, gold.view(1, -1, 1).expand(rows, -1, 1)).squeeze(2)  # (B, T)
 
 
-class _KeptPositions:
-    """log p(gold) (B, T) as a function of a presence map (B, *shape) (1 kept, 0 hidden): the forward function the
-    perturbation estimators share (Captum's ablations set a hidden position's presence to the baseline 0)."""
+class KeptPositions:
+    """log p(gold) (B, T) as a function of a presence map (B, *shape) (1 kept, 0 hidden) over one source's positions:
+    the forward function every perturbation estimator calls (Captum's ablations set a hidden position's presence to
+    the baseline 0). Here the hidden positions are hidden by ``source`` (at the input, or in the memory:
+    :func:`at_memory`) and the whole forced pass runs again."""
 
     def __init__(self, decoder, source: HideableSource, target: Tensor, batch_size: int):
         self.decoder, self.source, self.target, self.batch_size = decoder, source, target, batch_size
+        self.shape = source.shape
 
     @torch.no_grad()
     def __call__(self, presence: Tensor) -> Tensor:
@@ -167,33 +169,66 @@ class _KeptPositions:
         return torch.cat(parts)  # (B, T)
 
 
-def _presence(source: HideableSource, device: torch.device) -> Tensor:
-    return torch.ones(1, *source.shape, device=device)  # (1, *shape): every position kept
+class HiddenFromAttention:
+    """The same function with the hidden positions taken out of each step's attention instead (the others
+    renormalise): each step rerun from its state in the plain forced run, so step t's loss is the intervention on
+    step t alone, as the ``attention`` estimator does it one position at a time (:func:`attnkit.analysis.erasure`
+    says why). A presence map that hides every position leaves the attention nothing to read: refused."""
+
+    def __init__(self, decoder, encoded: EncoderOutput, target: Tensor, shape: tuple[int, ...], batch_size: int):
+        self.forced = _ForcedRun.of(decoder, encoded, target, "importance hidden from attention")
+        self.real_index = encoded.mask[0].nonzero().squeeze(1)  # (P,)
+        self.shape, self.batch_size = shape, batch_size
+
+    @torch.no_grad()
+    def __call__(self, presence: Tensor) -> Tensor:
+        keep = (presence > 0.5).reshape(presence.shape[0], -1)  # (B, P)
+        if not keep.any(1).all():
+            raise ValueError("a presence map hides every position from the attention: there is nothing left to attend to")
+        parts = []
+        for start in range(0, keep.shape[0], self.batch_size):
+            chunk = keep[start : start + self.batch_size]  # (R, P)
+            removed = torch.zeros(chunk.shape[0], self.forced.real.shape[0], dtype=torch.bool, device=chunk.device)  # (R, L)
+            removed[:, self.real_index] = ~chunk
+            lost, _ = self.forced.remove(removed.unsqueeze(0).expand(self.forced.steps, -1, -1))  # (T, R)
+            parts.append(self.forced.gold_log_p.unsqueeze(0) - lost.t())  # (R, T)
+        return torch.cat(parts)
 
 
-def input_importance(decoder, source: HideableSource, target: Tensor, settings: ImportanceSettings) -> Tensor:
-    """Each position's input hidden alone and the whole forced pass recomputed: log p(gold) lost, (T, P). Captum's
-    ``FeatureAblation`` with each position its own feature and a presence of 0 as the baseline."""
+PresenceModel = KeptPositions | HiddenFromAttention
+
+
+def _presence(forward: PresenceModel, device: torch.device) -> Tensor:
+    return torch.ones(1, *forward.shape, device=device)  # (1, *shape): every position kept
+
+
+def _positions(shape: tuple[int, ...]) -> int:
+    return int(torch.tensor(shape).prod())
+
+
+def input_importance(forward: PresenceModel, settings: ImportanceSettings, device: torch.device) -> Tensor:
+    """Each position hidden alone: log p(gold) lost, (T, P). Captum's ``FeatureAblation`` with each position its own
+    feature and a presence of 0 as the baseline."""
     from captum.attr import FeatureAblation  # Captum's import takes seconds: only where it is used
 
-    forward = _KeptPositions(decoder, source, target, settings.batch_size)
-    presence = _presence(source, target.device)
-    features = torch.arange(source.positions, device=presence.device).view(1, *source.shape)
+    presence = _presence(forward, device)
+    features = torch.arange(_positions(forward.shape), device=device).view(1, *forward.shape)
     found = FeatureAblation(forward).attribute(presence, baselines=0.0, feature_mask=features, perturbations_per_eval=settings.batch_size)
     return found.reshape(found.shape[0], -1).float().cpu()  # (T, P)
 
 
-def window_importance(decoder, source: HideableSource, target: Tensor, settings: ImportanceSettings) -> Tensor:
+def window_importance(forward: PresenceModel, settings: ImportanceSettings, device: torch.device) -> Tensor:
     """Sliding windows over the positions (k x k cells of a grid, k consecutive words), stride one, for each size k
     of ``settings.window_sizes``: each size's map is the mean log p(gold) lost over the windows that cover the
-    position (Captum's ``Occlusion``), and the sizes' maps are summed. (T, P)"""
+    position (Captum's ``Occlusion``), and the sizes' maps are summed. A window longer than a sentence is cut to
+    it (hidden from the attention: to all its words but one, so something is left to attend to). (T, P)"""
     from captum.attr import Occlusion
 
-    forward = _KeptPositions(decoder, source, target, settings.batch_size)
-    presence = _presence(source, target.device)
+    presence = _presence(forward, device)
+    longest = [side - 1 if isinstance(forward, HiddenFromAttention) and len(forward.shape) == 1 else side for side in forward.shape]
     total = None
     for size in settings.window_sizes:
-        window = tuple(min(size, side) for side in source.shape)  # a sentence shorter than the window is hidden whole
+        window = tuple(max(1, min(size, side)) for side in longest)
         found = Occlusion(forward).attribute(
             presence, sliding_window_shapes=window, strides=(1,) * len(window), baselines=0.0, perturbations_per_eval=settings.batch_size
         )  # (T, *shape)
@@ -205,19 +240,21 @@ def random_masks(positions: int, masks: int, share: float, generator: torch.Gene
     """``masks`` keep masks (M, P) bool, each position hidden with probability ``share``, independently of the others
     (as RISE draws them): so whether one position is hidden says nothing of another, and the difference of the mean
     losses with a position hidden and kept is what its own absence costs (for losses that add up, without bias)."""
-    return torch.rand(masks, positions, generator=generator) >= share
+    keep = torch.rand(masks, positions, generator=generator) >= share
+    nothing_kept = ~keep.any(1)  # (M,) rare but for the shortest sources: keep one position, drawn from the same generator
+    keep[nothing_kept, torch.randint(positions, (int(nothing_kept.sum()),), generator=generator)] = True
+    return keep
 
 
-def random_mask_importance(decoder, source: HideableSource, target: Tensor, settings: ImportanceSettings) -> Tensor:
+def random_mask_importance(forward: PresenceModel, settings: ImportanceSettings, device: torch.device) -> Tensor:
     """RISE at the memory's resolution: ``settings.masks`` random masks (:func:`random_masks`), each position hidden
-    with probability ``settings.mask_share`` at the input, encoded again; a position's importance is the mean log p(gold) lost over the masks
+    with probability ``settings.mask_share``; a position's importance is the mean log p(gold) lost over the masks
     that hide it less the mean over the masks that keep it (the mean over all masks is common to every position,
     and would only lift the whole map). Seeded by ``settings.seed``: the same masks every time. (T, P)"""
-    forward = _KeptPositions(decoder, source, target, settings.batch_size)
-    presence = _presence(source, target.device)
-    keep = random_masks(source.positions, settings.masks, settings.mask_share, torch.Generator().manual_seed(settings.seed))  # (M, P)
+    presence = _presence(forward, device)
+    keep = random_masks(_positions(forward.shape), settings.masks, settings.mask_share, torch.Generator().manual_seed(settings.seed))  # (M, P)
     full = forward(presence)  # (1, T)
-    lost = (full - forward(keep.view(-1, *source.shape).float().to(presence.device))).float().cpu()  # (M, T)
+    lost = (full - forward(keep.view(-1, *forward.shape).float().to(device))).float().cpu()  # (M, T)
     hidden = (~keep).float()  # (M, P)
     hidden_mean = hidden.t() @ lost / hidden.sum(0).clamp_min(1).unsqueeze(1)  # (P, T)
     kept_mean = keep.float().t() @ lost / keep.float().sum(0).clamp_min(1).unsqueeze(1)  # (P, T)
@@ -270,27 +307,34 @@ def declared_head(decoder) -> tuple[int, int]:
     return getattr(decoder, "attention_layer", 0), getattr(decoder, "attention_head", -1)
 
 
+def presence_model(decoder, encoded: EncoderOutput, source: HideableSource, target: Tensor, settings: ImportanceSettings) -> PresenceModel:
+    """The forward function of the perturbation estimators for ``settings.hide_at`` (:data:`HIDING`)."""
+    if settings.hide_at == "attention":
+        return HiddenFromAttention(decoder, encoded, target, source.shape, settings.batch_size)
+    hideable = at_memory(source, encoded.memory.device) if settings.hide_at == "memory" else source
+    return KeptPositions(decoder, hideable, target, settings.batch_size)
+
+
 def importance_maps(decoder, encoded: EncoderOutput, source: HideableSource, target: Tensor, settings: ImportanceSettings) -> dict[str, Tensor]:
     """Every estimator of ``settings`` for one source, {estimator: (T, P)} in the order asked, each row a forced
     step (target words, then <eos>) as forced attention gives them. ``encoded``: the source as the comparison
     attends over it (through attention, norm-weighted); ``source``: the same input, hideable."""
     real = encoded.mask[0].cpu()
-    hideable = at_memory(source, encoded.memory.device) if settings.hide_at == "memory" and source is not None else source
+    device = encoded.memory.device
+    target = target.to(device)
+    perturbing = {INPUT_OCCLUSION: input_importance, WINDOWS: window_importance, RANDOM_MASKS: random_mask_importance}
+    forward = presence_model(decoder, encoded, source, target, settings) if perturbing.keys() & set(settings.estimators) else None
     maps = {}
     for name in settings.estimators:
         if name == ATTENTION_PATH:
             maps[name] = attention_importance(decoder, encoded, target)[:, real]
-        elif name == INPUT_OCCLUSION:
-            maps[name] = input_importance(decoder, hideable, target, settings)
-        elif name == WINDOWS:
-            maps[name] = window_importance(decoder, hideable, target, settings)
-        elif name == RANDOM_MASKS:
-            maps[name] = random_mask_importance(decoder, hideable, target, settings)
+        elif name in perturbing:
+            maps[name] = perturbing[name](forward, settings, device)
         elif name == GRADIENTS:  # from the memory the hidden versions are compared with (a feature cache's differs a little)
-            plain = source.encode_keeping(torch.ones(1, *source.shape, dtype=torch.bool, device=encoded.memory.device))
+            plain = source.encode_keeping(torch.ones(1, *source.shape, dtype=torch.bool, device=device))
             maps[name] = gradient_importance(decoder, plain, source, target, settings)
         else:  # NORM_WEIGHTED
-            _, heads = forced_attention_by_head(decoder, encoded, target.unsqueeze(0).to(encoded.memory.device))
+            _, heads = forced_attention_by_head(decoder, encoded, target.unsqueeze(0))
             maps[name] = norm_weighted_attention(heads[0], decoder.value_vectors(encoded)[0][..., real, :].cpu(), *declared_head(decoder))
     return maps
 
