@@ -3,11 +3,11 @@
 Run from the project root, on a joint scene model (``bench/scenes.py`` trains one)::
 
     python bench/importance_scenes.py --checkpoint runs/bench-scenes-rnn/joint/best.pt
-    python bench/importance_scenes.py --checkpoint runs/bench-scenes-transformer/joint/declared.pt --valid 100 --test 500
-    python bench/importance_scenes.py --checkpoint ... --quick      # 10 + 10 scenes: a smoke check
+    python bench/importance_scenes.py --checkpoint runs/bench-scenes-transformer/joint/declared.pt --valid 100
+    python bench/importance_scenes.py --checkpoint ... --quick      # 3 + 3 scenes: a smoke check
 
-1. Every candidate (each estimator of :mod:`attnkit.importance`, windows and random masks at several settings)
-   scores its maps on ``--valid`` validation scenes exactly as attention is scored, by
+1. Every candidate (each estimator of :mod:`attnkit.importance`; windows and random masks at several settings,
+   hidden at the input, in the memory or from each step's attention) scores its maps on ``--valid`` validation scenes exactly as attention is scored, by
    ``attnkit.comparison.evaluate_scenes``: the pointing game over the words that name an object (image), the
    AER against the gold links over every word and over content words only (text), with the seconds per scene.
 2. Chosen on validation, never on test: the image estimator that points at the named object most often (in-box

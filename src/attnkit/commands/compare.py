@@ -49,7 +49,7 @@ from attnkit.analysis import EXTRACTIONS
 from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer
 from attnkit.data.images import MOSAIC_PHOTOS, open_rgb
 from attnkit.errors import UserError
-from attnkit.importance import DEFAULT_ESTIMATORS, ESTIMATORS, HIDING, ImportanceSettings, parse_estimators, parse_sizes
+from attnkit.importance import DEFAULT_ESTIMATORS, ESTIMATORS, HIDING, WINDOWS, ImportanceSettings, parse_estimators, parse_sizes
 from attnkit.report import compare_scenes, write_comparison, write_mosaic_comparison
 
 COMPARISON_FILES = ("comparison.png", "importance.png", "report.html", "statistics.json")  # what write_comparison writes in its folder (importance.png: not for a mosaic)
@@ -126,8 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_output_folder(out, "--out", files=COMPARISON_FILES)
         images = [open_rgb(image) for image in args.image]  # an unreadable photo is named before the models load
     comparer = AttentionComparer.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device)
-    grid_size = comparer.captioner.model.encoder_for("image").config.grid_size  # 0: the backbone's own, known once encoded
-    if grid_size:
+    grid_size = comparer.captioner.model.encoder_for("image").config.grid_size if WINDOWS in settings.estimators else 0  # 0: the backbone's own
+    if grid_size:  # windows larger than the grid are refused before any work
         settings.check_grid((grid_size, grid_size))
     importance = False if args.no_importance else settings
     if args.scenes:
