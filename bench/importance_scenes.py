@@ -58,7 +58,9 @@ CANDIDATES = {  # name -> settings of one estimator; the name says the settings 
 }
 FULL = {"valid": 50, "test": 200}
 QUICK = {"valid": 3, "test": 3}
-GROUNDING_KEYS = ("pointing_hit_rate", "in_box_mass", "aer", "aer_content_words", "pointing_hit_rate_by_word_kind")
+GROUNDING_KEYS = (
+    "pointing_hit_rate", "in_box_mass", "aer", "aer_content_words", "pointing_hit_rate_by_word_kind", "misses_by_word_kind", "misses_on_other_objects_by_word_kind",
+)  # fmt: skip
 
 
 def get_args_parser() -> argparse.ArgumentParser:

@@ -71,8 +71,11 @@ def test_image_grounding_scores_only_referring_words():
     attention = torch.tensor([[1.0, 0, 0, 0], [0, 0, 0, 1.0], [0, 0, 0, 1.0], [0.25, 0.25, 0.25, 0.25]])
     scored = image_grounding(attention, [None, 0, 1, 1], boxes, grid, size)
     assert (scored.words, scored.hits) == (3, 1)  # step 1 looks at object 1 for a word about object 0
+    assert scored.misses_on_other_objects == 2  # step 1 on object 1; step 3's peak (cell 0, the first of equals) on object 0
     assert math.isclose(scored.mean_mass, (0 + 1 + 0.25) / 3)
-    assert (scored + scored).hit_rate == scored.hit_rate
+    assert (scored + scored).hit_rate == scored.hit_rate and (scored + scored).misses_on_other_objects == 4
+    background = image_grounding(torch.tensor([[0, 1.0, 0, 0]]), [0], boxes, grid, size)  # top right: no object there
+    assert (background.hits, background.misses_on_other_objects) == (0, 0)
 
 
 def test_aer_of_a_known_alignment_matches_nltk():

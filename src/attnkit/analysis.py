@@ -124,6 +124,7 @@ class ImageGrounding:
     words: int = 0  # referring words scored
     hits: int = 0  # of them, peak cell on the object
     mass: float = 0.0  # summed attention mass inside the objects' boxes
+    misses_on_other_objects: int = 0  # of the misses, peak cell on another object's box (the rest: on background)
 
     @property
     def hit_rate(self) -> float:
@@ -134,7 +135,7 @@ class ImageGrounding:
         return self.mass / self.words if self.words else float("nan")
 
     def __add__(self, other: "ImageGrounding") -> "ImageGrounding":
-        return ImageGrounding(self.words + other.words, self.hits + other.hits, self.mass + other.mass)
+        return ImageGrounding(self.words + other.words, self.hits + other.hits, self.mass + other.mass, self.misses_on_other_objects + other.misses_on_other_objects)
 
 
 def image_grounding(
@@ -144,19 +145,23 @@ def image_grounding(
 
     A word hits when its step's peak cell overlaps the box of the object it names (the pointing game at
     the grid's resolution); its in-box mass is each cell's weight times the share of the cell the box covers.
+    A miss is counted apart when its peak cell overlaps another object's box (``boxes`` holds every object's).
     """
     cells = cell_boxes(grid, image_size)  # (L, 4), once for every word
-    words = hits = 0
+    shares = [overlap_share(cells, box) for box in boxes]  # per object (L,)
+    words = hits = on_others = 0
     mass = 0.0
     for step, referent in enumerate(referents):
         if referent is None or step >= attention.shape[0]:
             continue
-        share = overlap_share(cells, boxes[referent])  # (L,)
         weights = attention[step].float()  # (L,)
+        peak = int(weights.argmax())
+        hit = bool(shares[referent][peak] > 0)
         words += 1
-        hits += bool(share[int(weights.argmax())] > 0)
-        mass += float((weights * share).sum())
-    return ImageGrounding(words, hits, mass)
+        hits += hit
+        on_others += not hit and any(bool(share[peak] > 0) for other, share in enumerate(shares) if other != referent)
+        mass += float((weights * shares[referent]).sum())
+    return ImageGrounding(words, hits, mass, on_others)
 
 
 # -- localisation: several inputs side by side as one memory ------------------------------------------------
@@ -329,7 +334,7 @@ def _one_source(encoded: EncoderOutput, what: str) -> None:
 
 # -- faithfulness: erasure and importance ------------------------------------------------------------------------
 @dataclass(frozen=True)
-class _ForcedRun:
+class ForcedRun:
     """One source's plain forced run, step by step, kept so that each step can be run again with memory positions
     hidden from its attention: the state before each step, the step's attention and its log-probabilities."""
 
@@ -344,7 +349,7 @@ class _ForcedRun:
 
     @classmethod
     @torch.no_grad()
-    def of(cls, decoder, encoded: EncoderOutput, target: Tensor, what: str) -> "_ForcedRun":
+    def of(cls, decoder, encoded: EncoderOutput, target: Tensor, what: str) -> "ForcedRun":
         _one_source(encoded, what)
         target = target.to(encoded.memory.device)
         inputs, gold = target[:-1], target[1:]  # (T,), (T,)
@@ -421,7 +426,7 @@ def erasure(decoder, encoded: EncoderOutput, target: Tensor, draws: int = 5, gen
     Removals per step: the peak, the lowest-weight real position, ``draws`` random real positions, and the
     top 1, 2, ... weighted positions (for ``flip_share``). Nothing here asks which modality made the memory.
     """
-    forced = _ForcedRun.of(decoder, encoded, target, "erasure")
+    forced = ForcedRun.of(decoder, encoded, target, "erasure")
     steps, real, positions, device = forced.steps, forced.real, forced.positions, forced.device
     nan = torch.full((steps,), float("nan"))
     if positions < 2:
@@ -482,7 +487,7 @@ def attention_importance(decoder, encoded: EncoderOutput, target: Tensor) -> Ten
     ``encoded`` holds one source; ``target`` (T + 1,) is <bos> w1 ... <eos>. One batch of P removals per step,
     from the step's state in the plain forced run (see :func:`erasure`). A source of one real position has
     nothing to renormalise over: its row is NaN."""
-    forced = _ForcedRun.of(decoder, encoded, target, "attention_importance")
+    forced = ForcedRun.of(decoder, encoded, target, "attention_importance")
     importance = torch.full((forced.steps, forced.real.shape[0]), float("nan"))
     if forced.positions < 2:
         return importance

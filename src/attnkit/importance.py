@@ -24,9 +24,9 @@ estimator          a position's importance                                      
 ``input``          hidden alone (where: ``hide_at``), the forced pass run again         Captum ``FeatureAblation``
 ``windows``        windows of 1x1, 2x2, 3x3 cells (1-3 words) hidden; per size the      Captum ``Occlusion``
                    mean loss of the windows covering the position, the sizes summed
-``random_masks``   RISE (Petsiuk et al. 2018): ``masks`` random masks, each hiding a    by hand (not in Captum)
-                   ``mask_share`` of the positions; mean loss when it is hidden less
-                   the mean loss when it is kept
+``random_masks``   RISE (Petsiuk et al. 2018): ``masks`` random masks, each position    by hand (not in Captum)
+                   hidden with probability ``mask_share``; mean loss when it is
+                   hidden less the mean loss when it is kept
 ``gradients``      integrated gradients of log p(gold) with respect to its memory       Captum
                    vector, from the memory of the wholly hidden input, summed over D    ``IntegratedGradients``
 ``norm_weighted``  attention times the norm of the position's value vector as the       by hand (reads the
@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnkit.analysis import _ForcedRun, attention_importance, forced_attention_by_head
+from attnkit.analysis import ForcedRun, attention_importance, forced_attention_by_head
 from attnkit.errors import UserError
 from attnkit.interfaces import EncoderOutput
 
@@ -56,7 +56,7 @@ ESTIMATORS = (ATTENTION_PATH, INPUT_OCCLUSION, WINDOWS, RANDOM_MASKS, GRADIENTS,
 IMPORTANCE_LABELS = {  # figures, reports
     ATTENTION_PATH: "importance through attention",
     INPUT_OCCLUSION: "importance from the input",
-    WINDOWS: "importance from windows of the input",
+    WINDOWS: "importance from windows of positions",
     RANDOM_MASKS: "importance from random masks",
     GRADIENTS: "integrated gradients",
     NORM_WEIGHTED: "norm-weighted attention",
@@ -176,7 +176,7 @@ class HiddenFromAttention:
     says why). A presence map that hides every position leaves the attention nothing to read: refused."""
 
     def __init__(self, decoder, encoded: EncoderOutput, target: Tensor, shape: tuple[int, ...], batch_size: int):
-        self.forced = _ForcedRun.of(decoder, encoded, target, "importance hidden from attention")
+        self.forced = ForcedRun.of(decoder, encoded, target, "importance hidden from attention")
         self.real_index = encoded.mask[0].nonzero().squeeze(1)  # (P,)
         self.shape, self.batch_size = shape, batch_size
 

@@ -93,6 +93,9 @@ class _SceneGrounding:
             "aer_content_words": round(content.aer, 4),  # size, colour, shape and relation words (data.scenes.CONTENT_KINDS)
             "text_peak_on_aligned": round(100 * text_score.peak_on_aligned_rate, 2),
             "pointing_hit_rate_by_word_kind": {kind: round(100 * score.hit_rate, 2) for kind, score in sorted(self.image_by_kind.items())},
+            # where the misses land: on another object (the rest on background), per kind of word
+            "misses_on_other_objects_by_word_kind": {kind: score.misses_on_other_objects for kind, score in sorted(self.image_by_kind.items())},
+            "misses_by_word_kind": {kind: score.words - score.hits for kind, score in sorted(self.image_by_kind.items())},
             "text_peak_on_aligned_by_word_kind": {kind: round(100 * score.peak_on_aligned_rate, 2) for kind, score in sorted(self.text_by_kind.items())},
             "words_by_word_kind": {kind: score.words for kind, score in sorted(self.text_by_kind.items())},
         }
