@@ -87,7 +87,7 @@ class ImportanceSettings:
     mask_share: float = 0.5  # random_masks: the share of positions each mask hides
     gradient_steps: int = 32  # gradients: points on the path from the hidden memory to the real one
     hide_at: str = "input"  # input, windows, random_masks: hide at the input (re-encoded) or in the memory (see HIDING)
-    batch_size: int = 64  # perturbed inputs encoded and decoded at once
+    batch_size: int = 25  # perturbed inputs encoded and decoded at once (25 photos through a backbone: the page's memory bound)
     seed: int = 0  # random_masks: the same seed draws the same masks
 
     def __post_init__(self) -> None:
