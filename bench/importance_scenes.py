@@ -81,7 +81,8 @@ def scored(comparer: AttentionComparer, scenes, settings: ImportanceSettings) ->
     seconds = (time.perf_counter() - began) / len(scenes)
     (found,) = result["importance_grounding"].values()
     pick = lambda grounding: {key: grounding[key] for key in GROUNDING_KEYS}  # noqa: E731
-    return pick(found), pick(result["grounding"]), round(seconds, 3)
+    by_head = {"by_head": result["norm_weighted_by_head"]} if "norm_weighted_by_head" in result else {}  # norm_weighted: every head's view
+    return {**pick(found), **by_head}, {**pick(result["grounding"]), "by_head": result["grounding_by_head"]}, round(seconds, 3)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -370,6 +370,9 @@ def test_compare_scenes_scores_the_estimators_it_is_given(joint_comparer, tmp_pa
         assert list(metrics[split]["agreement"]["image"]) == ["windows", "norm_weighted"]
         found = metrics[split]["importance_grounding"]["windows"]
         assert 0 <= found["aer_content_words"] <= 1 and found["content_words"] <= found["text_words"]
+        heads = metrics[split]["norm_weighted_by_head"]  # the tiny decoder's one attention: its view is the declared one
+        assert heads["image_pointing_hit_rate_layer_mean"] == [metrics[split]["importance_grounding"]["norm_weighted"]["pointing_hit_rate"]]
+        assert heads["text_aer_layer_mean"] == [metrics[split]["importance_grounding"]["norm_weighted"]["aer"]]
     statistics = json.loads((out / "example" / "statistics.json").read_text())
     assert set(statistics["per_word"][0]["importance"]["image"]) == {"windows", "norm_weighted", "agreement"}
 

@@ -302,6 +302,11 @@ def norm_weighted_attention(attention: Tensor, values: Tensor, layer: int, head:
     return scores / scores.sum(-1, keepdim=True).clamp_min(1e-12)
 
 
+def real_values(decoder, encoded: EncoderOutput) -> Tensor:
+    """The value vectors of one source's real positions, every layer and head (N, h, P, M), on the CPU."""
+    return decoder.value_vectors(encoded)[0][..., encoded.mask[0], :].float().cpu()
+
+
 def declared_head(decoder) -> tuple[int, int]:
     """The (layer, head) a decoder declares as its attention (head -1: the mean of the layer's heads); an RNN's is its one."""
     return getattr(decoder, "attention_layer", 0), getattr(decoder, "attention_head", -1)
@@ -335,7 +340,7 @@ def importance_maps(decoder, encoded: EncoderOutput, source: HideableSource, tar
             maps[name] = gradient_importance(decoder, plain, source, target, settings)
         else:  # NORM_WEIGHTED
             _, heads = forced_attention_by_head(decoder, encoded, target.unsqueeze(0))
-            maps[name] = norm_weighted_attention(heads[0], decoder.value_vectors(encoded)[0][..., real, :].cpu(), *declared_head(decoder))
+            maps[name] = norm_weighted_attention(heads[0], real_values(decoder, encoded), *declared_head(decoder))
     return maps
 
 

@@ -42,7 +42,7 @@ from attnkit.checkpoint import load_checkpoint
 from attnkit.data.batching import pad_sequences
 from attnkit.data.images import MOSAIC_PHOTOS, mosaic, open_rgb
 from attnkit.errors import UserError
-from attnkit.importance import ImportanceSettings, importance_maps
+from attnkit.importance import NORM_WEIGHTED, ImportanceSettings, importance_maps, real_values
 from attnkit.interfaces import EncoderOutput
 from attnkit.model import model_from_checkpoint
 from attnkit.translation import Translator
@@ -70,6 +70,8 @@ class Comparison:
     text_offset: int = 1  # the translator's
     image_importance: dict[str, Tensor] | None = None  # importance estimator -> (T, L) how much each step's token rests on each cell
     text_importance: dict[str, Tensor] | None = None  # estimator -> (T, S) per source word (compare(importance=...))
+    image_values: Tensor | None = None  # (N, h, L, M) what each cell adds through each head (with the norm_weighted estimator)
+    text_values: Tensor | None = None  # (N, h, S, M)
 
     def importance(self) -> dict[str, dict[str, Tensor]]:
         """Per modality and importance estimator (:mod:`attnkit.importance`), the (T, L) map of every step."""
@@ -266,7 +268,7 @@ class AttentionComparer:
                     erasure(decoder, encoded.row(i), ids[i, : len(w) + 2], generator=torch.Generator().manual_seed(i))
                     for decoder, encoded, ids in ((image_decoder, image_encoded, caption_ids), (text_decoder, text_encoded, text_ids))
                 )
-            maps = (None, None)
+            maps = values = (None, None)
             if hideable is not None:
                 images, settings = hideable
                 image_ids, text_target = caption_ids[i, : len(w) + 2], text_ids[i, : len(w) + 2]
@@ -274,10 +276,12 @@ class AttentionComparer:
                     importance_maps(image_decoder, image_encoded.row(i), self.captioner.hideable(images[i], grid), image_ids.to(self.captioner.device), settings),
                     importance_maps(text_decoder, text_encoded.row(i), self.translator.hideable(source), text_target.to(self.translator.device), settings),
                 )
+                if NORM_WEIGHTED in settings.estimators:  # kept for the per-head view (evaluate_scenes' norm_weighted_by_head)
+                    values = tuple(real_values(decoder, encoded.row(i)) for decoder, encoded in ((image_decoder, image_encoded), (text_decoder, text_encoded)))
             comparisons.append(
                 Comparison(
                     [*w, EOS], image[: len(w) + 1], grid, source, text[: len(w) + 1], image_reading, text_reading, *erased,
-                    image_every[i], text_every[i], image_decoder.reading_offset, text_decoder.reading_offset, *maps,
+                    image_every[i], text_every[i], image_decoder.reading_offset, text_decoder.reading_offset, *maps, *values,
                 )
             )  # fmt: skip
             if each is not None:

@@ -28,7 +28,7 @@ from attnkit.comparison.core import MODALITIES, AttentionComparer
 from attnkit.comparison.word_groups import add_erasure_by_group, erasure_groups, summarise_erasure_by_group
 from attnkit.data.scenes import CONTENT_KINDS, Scene, word_kind
 from attnkit.errors import UserError
-from attnkit.importance import ImportanceSettings, importance_distribution
+from attnkit.importance import ImportanceSettings, importance_distribution, norm_weighted_attention
 from attnkit.metrics import caption_scores, translation_scores
 
 
@@ -171,6 +171,8 @@ def evaluate_scenes(
     :func:`attnkit.importance.importance_distribution`) scored exactly as the attention of the emitting step
     is (pointing game, in-box mass, AER), and ``agreement``: attention against importance per modality and
     estimator; True: the default estimators, or those an :class:`attnkit.importance.ImportanceSettings` names.
+    With the ``norm_weighted`` estimator, ``norm_weighted_by_head``: that view of every layer's every head (and of
+    each layer's heads together), scored as ``grounding_by_head`` scores the raw weights.
     ``progress``: a progress bar over the scenes as their comparisons are done (the slow part, above all with
     importance maps: docs/comparison.md gives the cost per scene); None shows it where standard error is a terminal.
     """
@@ -193,6 +195,7 @@ def evaluate_scenes(
 
     pooled = {name: _SceneGrounding() for name in EXTRACTIONS}
     by_head: dict[str, dict[tuple[int, int], _SceneGrounding]] = {modality: defaultdict(_SceneGrounding) for modality in MODALITIES}
+    norm_weighted_by_head: dict[str, dict[tuple[int, int], _SceneGrounding]] = {modality: defaultdict(_SceneGrounding) for modality in MODALITIES}
     erased = erasure_groups()  # by word kind
     settings = ImportanceSettings() if importance is True else importance or None
     by_importance = {form: _SceneGrounding() for form in settings.estimators} if settings is not None else {}
@@ -220,6 +223,15 @@ def evaluate_scenes(
                 by_head["image"][layer, head].add_image(scene, _head_or_mean(image_heads, layer, head), comparison.grid)
             for layer, head in itertools.product(range(text_heads.shape[1]), range(-1, text_heads.shape[2])):
                 by_head["text"][layer, head].add_text(scene, number, _head_or_mean(text_heads, layer, head))
+            if comparison.image_values is not None and comparison.text_values is not None:  # the norm_weighted view of every head
+                emitting = comparison.head_attention(EMITTING)  # the importance maps' step: (W, N, h, L), (W, N', h', S)
+                for modality, heads, values in zip(MODALITIES, emitting, (comparison.image_values, comparison.text_values)):
+                    for layer, head in itertools.product(range(heads.shape[1]), range(-1, heads.shape[2])):  # -1: the layer's heads together
+                        rows = norm_weighted_attention(heads, values, layer, head)  # (W, L)
+                        if modality == "image":
+                            norm_weighted_by_head[modality][layer, head].add_image(scene, rows, comparison.grid)
+                        else:
+                            norm_weighted_by_head[modality][layer, head].add_text(scene, number, rows)
             add_erasure_by_group(erased, comparison, [word_kind(word) for word in scene.sentences[0].english])
     bar.close()
 
@@ -227,6 +239,7 @@ def evaluate_scenes(
     if settings is not None:
         with_importance = {
             "importance_grounding": {form: scores.grounding() for form, scores in by_importance.items()},
+            **({"norm_weighted_by_head": _head_table(norm_weighted_by_head)} if norm_weighted_by_head["image"] else {}),
             "agreement": {modality: {form: agreement_means(parts) for form, parts in by_form.items()} for modality, by_form in agreed.items()},
         }
     return {
