@@ -34,7 +34,7 @@ from attnkit.comparison import AttentionComparer
 from attnkit.data.images import open_rgb
 from attnkit.data.sources import default_data_root
 from attnkit.errors import UserError, run_cli
-from attnkit.importance import DEFAULT_ESTIMATORS, HIDING, ImportanceSettings, parse_estimators, parse_sizes
+from attnkit.importance import add_importance_arguments, settings_from_arguments
 from machine import busy_cores, print_result, project_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,9 +53,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--source", default=GERMAN, help="the source sentence about it")
     parser.add_argument("--target", default=ENGLISH, help="the target sentence forced through both")
     parser.add_argument("--repeats", type=positive_int, default=3, help="timed runs of each kind (the median is reported)")
-    parser.add_argument("--importance", type=parse_estimators, default=DEFAULT_ESTIMATORS, metavar="NAMES", help="the estimators timed, as attnkit compare takes them")
-    parser.add_argument("--hide-at", choices=HIDING, default="input", help="as attnkit compare takes it")
-    parser.add_argument("--windows", type=parse_sizes, default=(1, 2, 3), metavar="SIZES", help="as attnkit compare takes it")
+    add_importance_arguments(parser)  # the estimators timed, as attnkit compare takes them
     return parser
 
 
@@ -66,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     image = Path(args.image) if args.image else default_data_root(ROOT) / "flickr8k" / "images" / PHOTO
     if not image.is_file():
         raise UserError(f"no photo at {image} (give --image)")
-    settings = ImportanceSettings(args.importance, args.windows, hide_at=args.hide_at)  # refused before any model loads
+    settings = settings_from_arguments(args)  # refused before any model loads
     busy_before = busy_cores()
     comparer = AttentionComparer.from_checkpoints(args.joint, args.captioner, args.translator, device="cpu")
     photo = open_rgb(image)
@@ -81,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         models = ["--checkpoint", args.joint] if args.joint else ["--caption-checkpoint", args.captioner, "--translation-checkpoint", args.translator]
         command = [sys.executable, str(ROOT / "tasks" / "compare.py"), *models, "--image", str(image), "--source", args.source, "--target", args.target]
         command += ["--out", str(out), "--device", "cpu", *([] if importance else ["--no-importance"])]
-        command += ["--importance", ",".join(settings.estimators), "--hide-at", settings.hide_at, "--windows", ",".join(map(str, settings.window_sizes))]
+        command += settings.as_arguments()
         began = time.perf_counter()
         subprocess.run(command, check=True, capture_output=True)
         return time.perf_counter() - began
@@ -106,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         "estimators": list(settings.estimators),
         "hide_at": settings.hide_at,
         "window_sizes": list(settings.window_sizes),
+        "masks": settings.masks,
+        "mask_share": settings.mask_share,
         "seconds": {where: {kind: [round(v, 3) for v in values] for kind, values in by_kind.items()} for where, by_kind in timings.items()},
         "median_seconds": medians,
         "importance_seconds": cost,

@@ -256,7 +256,8 @@ def text_grounding(
     """
     hypothesis = attention_alignment(attention, target_words)
     if scored is not None:
-        hypothesis = {(source, target) for source, target in hypothesis if target in set(scored)}
+        kept = set(scored)
+        hypothesis = {(source, target) for source, target in hypothesis if target in kept}
     sure_links = set(sure)
     possible_links = set(possible) | sure_links
     linked = {target for _, target in possible_links if target < target_words}

@@ -41,6 +41,7 @@ random masks hide many positions at once and credit each with the loss its absen
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -86,7 +87,7 @@ class ImportanceSettings:
     masks: int = 256  # random_masks: how many
     mask_share: float = 0.5  # random_masks: the share of positions each mask hides
     gradient_steps: int = 32  # gradients: points on the path from the hidden memory to the real one
-    hide_at: str = "input"  # input, windows, random_masks: hide at the input (re-encoded) or in the memory (see HIDING)
+    hide_at: str = "input"  # input, windows, random_masks: where a position is hidden (HIDING)
     batch_size: int = 25  # perturbed inputs encoded and decoded at once (25 photos through a backbone: the page's memory bound)
     seed: int = 0  # random_masks: the same seed draws the same masks
 
@@ -107,6 +108,13 @@ class ImportanceSettings:
         for name in ("gradient_steps", "batch_size"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise UserError(f"{name.replace('_', ' ')} must be 1 or more, got {getattr(self, name)}")
+
+    def as_arguments(self) -> list[str]:
+        """These settings as ``attnkit compare``'s options (:func:`add_importance_arguments`), to hand to a subprocess."""
+        return [
+            "--importance", ",".join(self.estimators), "--windows", ",".join(map(str, self.window_sizes)), "--masks", str(self.masks),
+            "--mask-share", str(self.mask_share), "--hide-at", self.hide_at,
+        ]  # fmt: skip
 
     def check_grid(self, grid: tuple[int, int]) -> None:
         """Refuse windows larger than an image grid (rows, columns) before any work. (A sentence shorter than a
@@ -353,6 +361,35 @@ def importance_distribution(importance: Tensor) -> Tensor:
     total = lost.sum(-1, keepdim=True)  # (T, 1)
     uniform = known.float() / known.sum(-1, keepdim=True).clamp_min(1)  # over the known positions
     return torch.where(total > 0, lost / total.clamp_min(1e-12), uniform)
+
+
+def as_settings(importance: "bool | ImportanceSettings") -> ImportanceSettings | None:
+    """What an ``importance`` argument asks for: True the default settings, settings themselves, False none (None)."""
+    return ImportanceSettings() if importance is True else importance or None
+
+
+def add_importance_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that make :class:`ImportanceSettings` (``attnkit compare``, ``bench/importance_cost.py``):
+    :func:`settings_from_arguments` reads them back."""
+    defaults = ImportanceSettings()
+    parser.add_argument(
+        "--importance", type=parse_estimators, default=defaults.estimators, metavar="NAMES",
+        help=f"the importance estimators, separated by commas, from {', '.join(ESTIMATORS)} (default {','.join(defaults.estimators)}; "
+        "docs/comparison.md says what each measures, what it costs and how each scores on scenes)",
+    )  # fmt: skip
+    parser.add_argument("--windows", type=parse_sizes, default=defaults.window_sizes, metavar="SIZES", help="windows: their sides in cells (lengths in words), e.g. 1,2,3")
+    parser.add_argument("--masks", type=int, default=defaults.masks, help=f"random_masks: how many (default {defaults.masks})")
+    parser.add_argument("--mask-share", type=float, default=defaults.mask_share, help=f"random_masks: the share of positions each hides (default {defaults.mask_share})")
+    parser.add_argument(
+        "--hide-at", choices=HIDING, default=defaults.hide_at,
+        help="input, windows, random_masks: hide a position at the input (pixels greyed, word made <unk>, encoded again), in the memory the "
+        f"attention reads (its vector replaced by that of the wholly hidden input), or from each step's attention (default {defaults.hide_at})",
+    )  # fmt: skip
+
+
+def settings_from_arguments(args: argparse.Namespace) -> ImportanceSettings:
+    """The settings :func:`add_importance_arguments`' options give (a bad one is one message, before any work)."""
+    return ImportanceSettings(args.importance, args.windows, args.masks, args.mask_share, hide_at=args.hide_at)
 
 
 def parse_estimators(text: str) -> tuple[str, ...]:

@@ -49,7 +49,7 @@ from attnkit.analysis import EXTRACTIONS
 from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer
 from attnkit.data.images import MOSAIC_PHOTOS, open_rgb
 from attnkit.errors import UserError
-from attnkit.importance import DEFAULT_ESTIMATORS, ESTIMATORS, HIDING, WINDOWS, ImportanceSettings, parse_estimators, parse_sizes
+from attnkit.importance import WINDOWS, add_importance_arguments, settings_from_arguments
 from attnkit.report import compare_scenes, write_comparison, write_mosaic_comparison
 
 COMPARISON_FILES = ("comparison.png", "importance.png", "report.html", "statistics.json")  # what write_comparison writes in its folder (importance.png: not for a mosaic)
@@ -80,20 +80,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         help="leave out the importance maps (they cost a forward pass per grid cell and per source word): for one image, importance.png and "
         "the report's view switch; with --scenes, their scores in metrics.json (about a sixth of the time per scene; the example scene keeps them)",
     )  # fmt: skip
-    parser.add_argument(
-        "--importance", type=parse_estimators, default=DEFAULT_ESTIMATORS, metavar="NAMES",
-        help=f"the importance estimators, separated by commas, from {', '.join(ESTIMATORS)} (default {','.join(DEFAULT_ESTIMATORS)}; "
-        "docs/comparison.md says what each measures, what it costs and how each scores on scenes)",
-    )  # fmt: skip
-    defaults = ImportanceSettings()
-    parser.add_argument("--windows", type=parse_sizes, default=defaults.window_sizes, metavar="SIZES", help="windows: their sides in cells (lengths in words), e.g. 1,2,3")
-    parser.add_argument("--masks", type=int, default=defaults.masks, help=f"random_masks: how many (default {defaults.masks})")
-    parser.add_argument("--mask-share", type=float, default=defaults.mask_share, help=f"random_masks: the share of positions each hides (default {defaults.mask_share})")
-    parser.add_argument(
-        "--hide-at", choices=HIDING, default=defaults.hide_at,
-        help="input, windows, random_masks: hide a position at the input (pixels greyed, word made <unk>, encoded again), in the memory the "
-        f"attention reads (its vector replaced by that of the wholly hidden input), or from each step's attention (default {defaults.hide_at})",
-    )  # fmt: skip
+    add_importance_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="--scenes: no progress bar over the scenes (without it, the bar shows on a terminal)")
     parser.add_argument("--out", required=True, help="output folder (created; files in it are replaced)")
     parser.add_argument("--device", default="auto")
@@ -104,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
     out = Path(args.out)
     # Everything the user can get wrong is checked before the models load and the work starts.
-    settings = ImportanceSettings(args.importance, args.windows, args.masks, args.mask_share, hide_at=args.hide_at)
+    settings = settings_from_arguments(args)
     if args.checkpoint and (args.caption_checkpoint or args.translation_checkpoint):
         raise UserError("give a joint checkpoint, or a captioning and a translation checkpoint, not both")
     if not args.checkpoint and not (args.caption_checkpoint and args.translation_checkpoint):

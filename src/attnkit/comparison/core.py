@@ -42,7 +42,7 @@ from attnkit.checkpoint import load_checkpoint
 from attnkit.data.batching import pad_sequences
 from attnkit.data.images import MOSAIC_PHOTOS, mosaic, open_rgb
 from attnkit.errors import UserError
-from attnkit.importance import NORM_WEIGHTED, ImportanceSettings, importance_maps, real_values
+from attnkit.importance import NORM_WEIGHTED, ImportanceSettings, as_settings, importance_maps, real_values
 from attnkit.interfaces import EncoderOutput
 from attnkit.model import model_from_checkpoint
 from attnkit.translation import Translator
@@ -233,7 +233,7 @@ class AttentionComparer:
             targets = self.decoded_targets(images)
         words, caption_ids, text_ids = self._target_ids(targets)
         text_encoded, source_words = self.translator.encode(list(sources))
-        settings = ImportanceSettings() if importance is True else importance or None
+        settings = as_settings(importance)
         hideable = (images, settings) if settings is not None else None
         return self._compare_encoded(words, caption_ids, text_ids, self.captioner.encode(images), text_encoded, source_words, erase, heads, hideable, each)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -24,11 +24,11 @@ from attnkit.analysis import (
     summarise,
     text_grounding,
 )
-from attnkit.comparison.core import MODALITIES, AttentionComparer
+from attnkit.comparison.core import MODALITIES, AttentionComparer, Comparison
 from attnkit.comparison.word_groups import add_erasure_by_group, erasure_groups, summarise_erasure_by_group
 from attnkit.data.scenes import CONTENT_KINDS, Scene, word_kind
 from attnkit.errors import UserError
-from attnkit.importance import ImportanceSettings, importance_distribution, norm_weighted_attention
+from attnkit.importance import ImportanceSettings, as_settings, importance_distribution, norm_weighted_attention
 from attnkit.metrics import caption_scores, translation_scores
 
 
@@ -118,6 +118,22 @@ def _head_or_mean(attention: Tensor, layer: int, head: int) -> Tensor:
     return attention[:, layer].mean(1) if head < 0 else attention[:, layer, head]
 
 
+def _score_every_head(
+    tables: dict[str, dict[tuple[int, int], _SceneGrounding]], scene: Scene, number: int, comparison: Comparison, extraction: str,
+    view: Callable[[str, Tensor, int, int], Tensor],
+) -> None:  # fmt: skip
+    """Add one scene's first phrasing to ``tables`` (modality -> (layer, head) -> grounding), for every layer's every
+    head and (head -1) every layer's heads together, as ``view(modality, heads (W, N, h, L), layer, head)`` (W, L)
+    reads them from the words' attention under ``extraction``."""
+    for modality, heads in zip(MODALITIES, comparison.head_attention(extraction)):  # (W, N, h, L), (W, N', h', S)
+        for layer, head in itertools.product(range(heads.shape[1]), range(-1, heads.shape[2])):
+            rows = view(modality, heads, layer, head)  # (W, L)
+            if modality == "image":
+                tables[modality][layer, head].add_image(scene, rows, comparison.grid)
+            else:
+                tables[modality][layer, head].add_text(scene, number, rows)
+
+
 def _head_table(by_head: dict[str, dict[tuple[int, int], _SceneGrounding]]) -> dict:
     """Pointing hit rate of every image head and AER of every text head, as layers x heads tables (lists of
     rows), and the same of each layer's mean of heads (one value per layer)."""
@@ -197,7 +213,7 @@ def evaluate_scenes(
     by_head: dict[str, dict[tuple[int, int], _SceneGrounding]] = {modality: defaultdict(_SceneGrounding) for modality in MODALITIES}
     norm_weighted_by_head: dict[str, dict[tuple[int, int], _SceneGrounding]] = {modality: defaultdict(_SceneGrounding) for modality in MODALITIES}
     erased = erasure_groups()  # by word kind
-    settings = ImportanceSettings() if importance is True else importance or None
+    settings = as_settings(importance)
     by_importance = {form: _SceneGrounding() for form in settings.estimators} if settings is not None else {}
     agreed: dict[str, dict[str, list[Agreement]]] = {modality: defaultdict(list) for modality in MODALITIES}  # modality -> form -> parts
     bar = tqdm(total=len(scenes), desc="scenes compared", unit="scene", leave=False, mininterval=1.0, disable=None if progress is None else not progress)
@@ -218,20 +234,13 @@ def evaluate_scenes(
                     scores.add(scene, number, image_rows, text_rows, comparison.grid)
                     for modality, found in comparison.agreement(form, extraction).items():
                         agreed[modality][form].append(found)
-            image_heads, text_heads = comparison.head_attention(extraction)  # (W, N, h, L), (W, N', h', S)
-            for layer, head in itertools.product(range(image_heads.shape[1]), range(-1, image_heads.shape[2])):  # -1: the layer's mean
-                by_head["image"][layer, head].add_image(scene, _head_or_mean(image_heads, layer, head), comparison.grid)
-            for layer, head in itertools.product(range(text_heads.shape[1]), range(-1, text_heads.shape[2])):
-                by_head["text"][layer, head].add_text(scene, number, _head_or_mean(text_heads, layer, head))
+            _score_every_head(by_head, scene, number, comparison, extraction, lambda modality, heads, layer, head: _head_or_mean(heads, layer, head))
             if comparison.image_values is not None and comparison.text_values is not None:  # the norm_weighted view of every head
-                emitting = comparison.head_attention(EMITTING)  # the importance maps' step: (W, N, h, L), (W, N', h', S)
-                for modality, heads, values in zip(MODALITIES, emitting, (comparison.image_values, comparison.text_values)):
-                    for layer, head in itertools.product(range(heads.shape[1]), range(-1, heads.shape[2])):  # -1: the layer's heads together
-                        rows = norm_weighted_attention(heads, values, layer, head)  # (W, L)
-                        if modality == "image":
-                            norm_weighted_by_head[modality][layer, head].add_image(scene, rows, comparison.grid)
-                        else:
-                            norm_weighted_by_head[modality][layer, head].add_text(scene, number, rows)
+                values = dict(zip(MODALITIES, (comparison.image_values, comparison.text_values)))
+                _score_every_head(  # at the emitting step, the importance maps' step
+                    norm_weighted_by_head, scene, number, comparison, EMITTING,
+                    lambda modality, heads, layer, head: norm_weighted_attention(heads, values[modality], layer, head),
+                )  # fmt: skip
             add_erasure_by_group(erased, comparison, [word_kind(word) for word in scene.sentences[0].english])
     bar.close()
 

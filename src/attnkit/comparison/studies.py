@@ -31,7 +31,7 @@ from attnkit.comparison.word_groups import add_parts_by_group, comparison_word_g
 from attnkit.data.batching import pad_sequences
 from attnkit.data.images import mosaic_arrangements, open_mosaic
 from attnkit.errors import UserError
-from attnkit.importance import ImportanceSettings, importance_maps
+from attnkit.importance import ImportanceSettings, as_settings, importance_maps
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def caption_attention_study(
     words = [tokenizer.tokenize(caption) for _, caption in items]
     groups = [[word_group(word, vocab) for word in sentence] for sentence in words]
     erased: dict[str, list[Erasure]] = defaultdict(list)
-    settings = ImportanceSettings() if importance is True else importance or None
+    settings = as_settings(importance)
     agreed: dict[str, dict[str, list[Agreement]]] = {form: defaultdict(list) for form in settings.estimators} if settings else {}  # form -> group -> parts
     spread: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))  # group -> statistic -> per word
     for start in range(0, len(items), batch_size):
