@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from attnkit.importance import DEFAULT_ESTIMATORS
+from attnkit.importance import CHOSEN, DEFAULT_ESTIMATORS, IMPORTANCE_LABELS
 from attnkit.captioning import Captioner, train_captioning
 from attnkit.checkpoint import load_checkpoint
 from attnkit.cli import check_output_folder, positive_int, positive_number
@@ -256,15 +256,20 @@ def headline(found: dict) -> dict:
     }
 
 
+def estimator_label(form: str) -> str:
+    """``form``'s name in the table and the lines, ``(chosen)`` on the image estimator chosen on scenes."""
+    return IMPORTANCE_LABELS[form] + (" (chosen)" if form == CHOSEN["image"] else "")
+
+
 def describe(name: str, found: dict) -> str:
     figures = headline(found)
+    agreements = ", ".join(f"{estimator_label(form)} {figures[f'content_agreement_{form}']}" for form in DEFAULT_ESTIMATORS)
     return (
         f"{name}: valid BLEU-4 {figures['valid_bleu4']}, CIDEr-D {figures['valid_cider_d']} (beam 5); content words: "
         f"{figures['content_effective_cells']} effective cells, peak erased changes the word {percent(figures['content_peak_flip'])} "
         f"(random {percent(figures['content_random_flip'])}), mosaic mass {percent(figures['content_mosaic_mass'])}, "
         f"pointing {percent(figures['content_mosaic_pointing'])} (the step that has read it: mass {percent(figures['content_mosaic_reading_mass'])}); "
-        f"rank correlation with importance through attention {figures['content_agreement_attention']}, from the input "
-        f"{figures['content_agreement_input']}; measured in {found['measure_seconds']} s"
+        f"rank correlation with {agreements}; measured in {found['measure_seconds']} s"
     )
 
 
@@ -277,10 +282,11 @@ def markdown_table(results: dict, photos: int) -> str:
     header = (
         "| candidate | grid | train min (epochs) | valid BLEU-4 | valid CIDEr-D | effective cells | peak erased: word changes | random cell: word changes "
         "| log p lost (peak) | mosaic: mass on own quadrant | mosaic: pointing | mosaic, reading step: mass "
-        "| rank corr. with importance through attention (shuffled) | rank corr. with importance from the input (shuffled) |"
+        + "".join(f"| rank corr. with {estimator_label(form)} (shuffled) " for form in DEFAULT_ESTIMATORS) + "|"
     )
     lines = [
-        f"Flickr8k validation, {photos} photos; each pair: content / function words; mosaic chance: a quarter; agreement: content words.", "", header, "|" + "---|" * 14
+        f"Flickr8k validation, {photos} photos; each pair: content / function words; mosaic chance: a quarter; agreement: content words.", "", header,
+        "|" + "---|" * (12 + len(DEFAULT_ESTIMATORS)),
     ]
     for name, found in results.items():
         study = found["study"]
@@ -298,7 +304,7 @@ def markdown_table(results: dict, photos: int) -> str:
             f"| {name} | {found['grid'][0]}x{found['grid'][1]} | {training['minutes']} ({training['epochs']}) | {found['valid_beam5']['bleu4']} "
             f"| {found['valid_beam5']['cider_d']} | {both(spread, 'effective_positions')} | {both(erasure, 'peak_flip', 100)} % "
             f"| {both(erasure, 'random_flip', 100)} % | {both(erasure, 'peak_drop', 1, 3)} | {both(mosaic, 'mass', 100)} % | {both(mosaic, 'pointing', 100)} % "
-            f"| {both(study['mosaic'].get('reading', {}).get('by_group', {}), 'mass', 100)} % | {agreed('attention')} | {agreed('input')} |"
+            f"| {both(study['mosaic'].get('reading', {}).get('by_group', {}), 'mass', 100)} % | " + " | ".join(map(agreed, DEFAULT_ESTIMATORS)) + " |"
         )
     return "\n".join(lines) + "\n"
 

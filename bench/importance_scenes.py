@@ -36,18 +36,18 @@ from attnkit.importance import ESTIMATES_OF_IMPORTANCE, ImportanceSettings
 from machine import busy_cores, print_result, project_path
 
 TARGETS = {"pointing_hit_rate": 95.0, "aer_content_words": 0.10}  # issue 45, test scenes, unsupervised models
-CANDIDATES = {  # name -> settings of one estimator; the name says the settings and where it hides (default: at the input)
+CANDIDATES = {  # name -> settings of one estimator; the name says the settings and where it hides (no place named: at the input)
     "attention": ImportanceSettings(("attention",)),
-    "input": ImportanceSettings(("input",)),
+    "input": ImportanceSettings(("input",), hide_at="input"),
     "input_memory": ImportanceSettings(("input",), hide_at="memory"),
-    "windows_1_2": ImportanceSettings(("windows",), window_sizes=(1, 2)),
-    "windows_1_2_3": ImportanceSettings(("windows",), window_sizes=(1, 2, 3)),
-    "windows_2_3": ImportanceSettings(("windows",), window_sizes=(2, 3)),
+    "windows_1_2": ImportanceSettings(("windows",), window_sizes=(1, 2), hide_at="input"),
+    "windows_1_2_3": ImportanceSettings(("windows",), window_sizes=(1, 2, 3), hide_at="input"),
+    "windows_2_3": ImportanceSettings(("windows",), window_sizes=(2, 3), hide_at="input"),
     "windows_1_2_memory": ImportanceSettings(("windows",), window_sizes=(1, 2), hide_at="memory"),
     "windows_1_2_3_memory": ImportanceSettings(("windows",), window_sizes=(1, 2, 3), hide_at="memory"),
     "windows_2_3_memory": ImportanceSettings(("windows",), window_sizes=(2, 3), hide_at="memory"),
-    "random_masks_256_share_0.25": ImportanceSettings(("random_masks",), masks=256, mask_share=0.25),
-    "random_masks_256_share_0.5": ImportanceSettings(("random_masks",), masks=256, mask_share=0.5),
+    "random_masks_256_share_0.25": ImportanceSettings(("random_masks",), masks=256, mask_share=0.25, hide_at="input"),
+    "random_masks_256_share_0.5": ImportanceSettings(("random_masks",), masks=256, mask_share=0.5, hide_at="input"),
     "random_masks_256_share_0.25_memory": ImportanceSettings(("random_masks",), masks=256, mask_share=0.25, hide_at="memory"),
     "random_masks_256_share_0.5_memory": ImportanceSettings(("random_masks",), masks=256, mask_share=0.5, hide_at="memory"),
     "windows_1_2_attention": ImportanceSettings(("windows",), window_sizes=(1, 2), hide_at="attention"),

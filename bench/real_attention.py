@@ -24,11 +24,13 @@ Run from the project root::
    entropy, peak weight, effective positions and coverage of each word's attention (the step that
    emits it), erasure (the log-probability a word loses when its attention peak, a random
    position or the lowest-weight position is removed; how often the word changes), and the
-   attention's agreement with the word's importance maps (what its log-probability loses when each
-   cell or source word is taken away, through attention and from the input: rank correlation, peak
-   match, mass on the most important positions, each against shuffled attention; per layer and head
-   for content words), split into content words, function words (a closed-class list) and
-   punctuation. Words outside the model's vocabulary are left out and counted.
+   attention's agreement with the word's importance maps (what its log-probability loses when cells
+   or source words are hidden, by the estimators ``--importance`` names, hidden where ``--hide-at``
+   says; by default those chosen on scenes, ``attnkit.importance.CHOSEN``, beside importance through
+   attention: rank correlation, peak match, mass on the most important positions, each against
+   shuffled attention; per layer and head for content words), split into content words, function
+   words (a closed-class list) and punctuation. Words outside the model's vocabulary are left out
+   and counted.
 6. Localisation on mosaics (no annotations needed): each study photo with three other study photos
    in a 2 x 2 mosaic, and their four German sentences joined as one source, in the same order (the
    other three and the order drawn from ``--seed``; ``mosaic.arrangements`` records them). The
@@ -44,6 +46,7 @@ Human-readable lines first; the LAST line of stdout is one JSON object.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -76,6 +79,7 @@ from attnkit.data.sources import default_data_root
 from attnkit.data.text import read_parallel, write_parallel_dataset
 from attnkit.errors import UserError, run_cli
 from attnkit.files import atomic_path, read_text_file, write_text_atomic
+from attnkit.importance import CHOSEN, ImportanceSettings, add_importance_arguments, settings_from_arguments
 from attnkit.model import count_parameters
 from attnkit.multitask import train_multitask
 from attnkit.report import write_comparison
@@ -129,20 +133,22 @@ def study_photo(data_root: Path, photos: list[StudyPhoto], name: str) -> StudyPh
     raise UserError(f"--photo {name} has no Multi30k sentences (or is missing from {data_root / 'flickr8k' / 'images'}): it is not a study photo")
 
 
-def study(comparer: AttentionComparer, photos: list[StudyPhoto], images: Path, batch_size: int = 16) -> tuple[dict, dict[str, dict[str, list[Erasure]]]]:
+def study(
+    comparer: AttentionComparer, photos: list[StudyPhoto], images: Path, settings: ImportanceSettings, batch_size: int = 16
+) -> tuple[dict, dict[str, dict[str, list[Erasure]]]]:
     """Force every photo's English sentence through both sides: the statistics by word group, the erasure of
     every studied word (modality -> group -> parts), and each word's attention against its importance maps
-    (through attention and from the input) by word group and, for content words, by layer and head."""
+    (the estimators of ``settings``) by word group and, for content words, by layer and head."""
     comparisons, groups, skipped = [], [], []
     for start in range(0, len(photos), batch_size):
         chunk = photos[start : start + batch_size]
         try:
-            found = comparer.compare([images / p.image for p in chunk], [p.german for p in chunk], [p.english for p in chunk], heads=True, importance=True)
+            found = comparer.compare([images / p.image for p in chunk], [p.german for p in chunk], [p.english for p in chunk], heads=True, importance=settings)
         except UserError:  # one sentence the two models cannot both read: compare one at a time, skip that one
             found = []
             for photo in chunk:
                 try:
-                    found += comparer.compare([images / photo.image], [photo.german], [photo.english], heads=True, importance=True)
+                    found += comparer.compare([images / photo.image], [photo.german], [photo.english], heads=True, importance=settings)
                 except UserError as error:
                     skipped.append({"image": photo.image, "why": str(error)})
                     found.append(None)
@@ -184,11 +190,12 @@ def describe_study(name: str, result: dict) -> list[str]:
             )
     for modality, by_form in result.get("agreement", {}).items():
         for form, found in by_form.items():
+            chosen = " (the estimator chosen on scenes for this modality)" if CHOSEN[modality] == form else ""
             groups = ", ".join(
                 f"{group} {g['rank_correlation']} (shuffled {g['shuffled_rank_correlation']}), peak {100 * g['peak_match']:.1f}% (shuffled {100 * g['shuffled_peak_match']:.1f}%)"
                 for group, g in found["by_group"].items()
             )
-            lines.append(f"  {modality} attention against importance {form}, rank correlation and peak match: {groups}")
+            lines.append(f"  {modality} attention against importance {form}{chosen}, rank correlation and peak match: {groups}")
     mosaic = result.get("mosaic")
     if mosaic:
         lines.append(f"  localisation on {mosaic['mosaics']} mosaics (seed {mosaic['seed']}): attention mass on the own input / pointing game")
@@ -255,12 +262,14 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--beam", type=positive_int, default=5, help="beam of the quality scores")
     parser.add_argument("--figure", default="", help="also copy the example's comparison.png here (the README's figure)")
     parser.add_argument("--quick", action="store_true", help=f"a tiny model on {QUICK['train']} photos and {QUICK['pairs']} pairs, {QUICK['photos']} study photos")
+    add_importance_arguments(parser)
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
+    settings = settings_from_arguments(args)  # a bad estimator setting: one message before any work
     if bool(args.captioner) != bool(args.translator):
         raise UserError("give both --captioner and --translator (the single-task pair), or neither")
     mode = "quick" if args.quick else "full"
@@ -312,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"Multi30k test_2016_flickr BLEU {scores['translation']['bleu']} at beam {args.beam}")  # fmt: skip
             began = time.perf_counter()
             comparer = AttentionComparer(captioner, translator)
-            found, erased = study(comparer, photos, images)
+            found, erased = study(comparer, photos, images, settings)
             inputs = [StudyInput(images / photo.image, photo.german, photo.english) for photo in photos]
             found["mosaic"] = mosaic_study(comparer, inputs, seed=args.seed, heads=True)
             found["study_seconds"] = round(time.perf_counter() - began, 1)
@@ -324,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "study.json", json.dumps(results, indent=2) + "\n")
-    written = write_comparison(joint, open_rgb(images / example.image), example.german, example.english, out / "example", title=f"{example.image}: {example.english}")
+    written = write_comparison(joint, open_rgb(images / example.image), example.german, example.english, out / "example", title=f"{example.image}: {example.english}", importance=settings)
     if args.figure:
         write_figure(written[0][0], Path(args.figure))
     result = {
@@ -335,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "training": {"train_minutes": round(progress.seconds / 60, 2), "epochs": progress.epoch, "stop_reason": progress.stop_reason or "all epochs"},
         "outputs": {"study": str(out / "study.json"), "erasure_figure": str(erasure_figure), "example": str(out / "example")},
+        "importance": {**dataclasses.asdict(settings), "chosen": CHOSEN},
         "config": project_path(args.config),
         "overrides": args.overrides,
         "evaluate_only": args.evaluate_only,

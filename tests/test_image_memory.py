@@ -41,7 +41,7 @@ def test_two_candidates_train_and_are_measured_in_one_table(image_memory, tmp_pa
     assert study["photos"] == 8 and len(study["mosaic"]["arrangements"]) == 8
     assert set(study["erasure"]["by_group"]) <= {"content", "function", "punctuation"} and 0.0 <= study["mosaic"]["mass"] <= 1.0
     assert 0.0 <= study["mosaic"]["reading"]["mass"] <= 1.0  # the step that has read each word, beside the emitting step
-    for form in ("attention", "input"):  # each word's attention against its importance maps
+    for form in ("attention", "input", "windows"):  # each word's attention against its importance maps (the defaults)
         agreed = study["agreement"][form]
         assert -1 <= agreed["rank_correlation"] <= 1 and agreed["steps"] > 0 and set(agreed["by_group"]) <= {"content", "function", "punctuation"}
     table = (out / "table.md").read_text().splitlines()

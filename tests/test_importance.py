@@ -1,5 +1,6 @@
 """Importance estimators (attnkit.importance) and their agreement with attention: hand-made answers."""
 
+import argparse
 import dataclasses
 
 import pytest
@@ -17,11 +18,15 @@ from attnkit.importance import (
     HiddenFromAttention,
     KeptPositions,
     at_memory,
+    add_importance_arguments,
     importance_maps,
     input_importance,
     norm_weighted_attention,
+    parse_hiding,
+    presence_model,
     random_mask_importance,
     random_masks,
+    settings_from_arguments,
     window_importance,
 )
 from attnkit.interfaces import DecoderOutput, EncoderOutput, StepOutput, Tokens
@@ -72,7 +77,7 @@ def _hideable(source: EncoderOutput) -> HideableSource:
         memory = source.memory.expand(rows, -1, -1) * kept.unsqueeze(-1)
         return EncoderOutput(memory, source.mask.expand(rows, -1), source.init_state.expand(rows, -1), source.layout)
 
-    return HideableSource((real,), encode_keeping)
+    return HideableSource((real,), encode_keeping, "text")
 
 
 TARGET = torch.tensor([2, 4, 4, 3])  # <bos> w1 w2 <eos>: 3 forced steps
@@ -111,7 +116,7 @@ def test_hiding_in_the_memory_takes_each_vector_from_the_whole_or_the_hidden_inp
         mixed = kept + kept.roll(1, dims=1)
         return EncoderOutput(mixed, torch.ones(keep.shape[0], 4, dtype=torch.bool), torch.zeros(keep.shape[0], 3), Tokens(torch.tensor([4])))
 
-    source = HideableSource((4,), encode_keeping)
+    source = HideableSource((4,), encode_keeping, "text")
     keep = torch.tensor([[True, False, True, True]])
     at_input, in_memory = source.encode_keeping(keep).memory, at_memory(source, torch.device("cpu")).encode_keeping(keep).memory
     whole = encode_keeping(torch.ones(1, 4, dtype=torch.bool)).memory
@@ -235,14 +240,14 @@ def test_importance_through_attention_is_erasure_of_each_position_and_occlusion_
         ids = torch.tensor(source_ids).expand(keep.shape[0], -1)
         return model.encode(pad_sequences(torch.where(keep, ids, vocab.unk_index).tolist()))
 
-    found = input_importance(KeptPositions(model.decoder, HideableSource((4,), encode_keeping), target, 64), ImportanceSettings(), torch.device("cpu"))
+    found = input_importance(KeptPositions(model.decoder, HideableSource((4,), encode_keeping, "text"), target, 64), ImportanceSettings(), torch.device("cpu"))
     with torch.no_grad():
         plain = model.decoder(encoded, target[:-1].unsqueeze(0)).logits.log_softmax(-1)[0]  # (T, V)
         other = model.decoder(model.encode(pad_sequences([[4, vocab.unk_index, 6, 7]])), target[:-1].unsqueeze(0)).logits.log_softmax(-1)[0]
     expected = plain.gather(1, target[1:, None]).squeeze(1) - other.gather(1, target[1:, None]).squeeze(1)
     torch.testing.assert_close(found[:, 1], expected, atol=1e-5, rtol=1e-4)
     # Hidden from the attention, one position at a time, the same estimator is importance through attention.
-    from_attention = importance_maps(model.decoder, encoded, HideableSource((4,), encode_keeping), target, ImportanceSettings(("input",), hide_at="attention"))
+    from_attention = importance_maps(model.decoder, encoded, HideableSource((4,), encode_keeping, "text"), target, ImportanceSettings(("input",), hide_at="attention"))
     torch.testing.assert_close(from_attention["input"], through, atol=1e-5, rtol=1e-4)
 
 
@@ -301,11 +306,38 @@ def test_greying_cells_greys_exactly_their_pixels():
         (dict(window_sizes=(1, 0)), "window sizes must be whole numbers of 1 or more"),
         (dict(window_sizes=()), "window sizes must be whole numbers of 1 or more"),
         (dict(hide_at="output"), "unknown place to hide a position 'output'"),
+        (dict(hide_at={"image": "memory", "text": "output"}), "unknown place to hide a position 'output'"),
+        (dict(hide_at={"picture": "memory"}), "unknown modality 'picture'"),
     ],
 )
 def test_bad_estimator_settings_are_refused_before_any_work(settings, message):
     with pytest.raises(UserError, match=message):
         ImportanceSettings(**settings)
+
+
+def test_each_modality_is_hidden_where_the_settings_say():
+    source = _source()
+    settings = ImportanceSettings(("input",), hide_at={"image": "attention"})  # text keeps its default place, the input
+    assert settings.hide_at == {"image": "attention", "text": "input"}
+    as_image = presence_model(_ReadsOnlyPosition3(), source, dataclasses.replace(_hideable(source), modality="image"), TARGET, settings)
+    as_text = presence_model(_ReadsOnlyPosition3(), source, _hideable(source), TARGET, settings)
+    assert isinstance(as_image, HiddenFromAttention) and isinstance(as_text, KeptPositions)
+    in_memory = presence_model(_ReadsOnlyPosition3(), source, _hideable(source), TARGET, ImportanceSettings(("input",), hide_at="memory"))
+    assert isinstance(in_memory, KeptPositions) and in_memory.source.modality == "text" and in_memory.source.encode_keeping is not _hideable(source).encode_keeping
+
+
+@pytest.mark.parametrize("place", ["memory", "image=memory", "image=memory,text=attention", None])
+def test_the_settings_go_through_the_command_line_unchanged(place):
+    parser = argparse.ArgumentParser()
+    add_importance_arguments(parser)
+    settings = ImportanceSettings(("windows", "random_masks"), window_sizes=(1, 3), masks=7, mask_share=0.3, **({} if place is None else {"hide_at": parse_hiding(place)}))
+    assert settings_from_arguments(parser.parse_args(settings.as_arguments())) == settings
+    assert settings_from_arguments(parser.parse_args([])) == ImportanceSettings()
+
+
+def test_a_place_to_hide_at_without_its_modality_is_refused():
+    with pytest.raises(UserError, match="MODALITY=PLACE pairs"):
+        parse_hiding("image=memory,text")
 
 
 def test_windows_larger_than_the_grid_are_refused():

@@ -152,7 +152,7 @@ def test_joint_training_then_caption_translate_evaluate_and_compare(scenes, tmp_
     assert all(set(word["erasure"]) == {"image", "text"} for word in statistics["per_word"]) and statistics["erasure"]["text"]["steps"] >= 1
     assert (out / "comparison.png").stat().st_size > 0 and "<script" in (out / "report.html").read_text()
     assert (out / "importance.png").stat().st_size > 0 and 'id="view"' in (out / "report.html").read_text()
-    assert set(statistics["agreement"]["image"]) == {"attention", "input"} and "importance" in statistics["per_word"][0]
+    assert set(statistics["agreement"]["image"]) == {"attention", "input", "windows"} and "importance" in statistics["per_word"][0]
     unknown = ["--checkpoint", checkpoint, "--image", str(image), "--source", "un grand cercle rouge", "--target", "zebra giraffe", "--out", str(tmp_path / "unknown")]
     with pytest.raises(UserError, match="every word of the target sentence 'zebra giraffe' is unknown to the captioner"):
         compare.main(unknown)

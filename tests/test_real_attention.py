@@ -60,10 +60,12 @@ def test_the_joint_recipe_trains_on_a_slice_and_the_study_runs_end_to_end(real_a
         localised = study["mosaic"][modality]
         assert 0.0 <= localised["mass"] <= 1.0 and set(localised["by_group"]) <= {"content", "function", "punctuation"}
         assert "content_by_head" in localised and 0.0 <= study["mosaic"]["reading"][modality]["mass"] <= 1.0
-        for form in ("attention", "input"):  # attention against importance, by word group and (content words) by head
+        for form in ("attention", "input", "windows"):  # attention against importance (the defaults), by word group and (content words) by head
             agreed = study["agreement"][modality][form]
             assert -1 <= agreed["rank_correlation"] <= 1 and set(agreed["by_group"]) <= {"content", "function", "punctuation"}
             assert "content_by_head" in agreed
+    assert study["agreement"]["image"]["input"] == study["agreement"]["image"]["attention"]  # a cell hidden from attention by default: one estimator
+    assert result["importance"]["hide_at"] == {"image": "attention", "text": "input"} and result["importance"]["chosen"] == {"image": "windows", "text": "input"}
     assert study["mosaic"]["mosaics"] == 6 and len(study["mosaic"]["arrangements"]) == 6 and study["mosaic"]["seed"] == 0
     assert json.loads((out / "study.json").read_text())["joint"]["study"]["sentences"] == 6
     assert (out / "erasure.png").stat().st_size > 0 and "<script" in (out / "example" / "report.html").read_text()
@@ -78,6 +80,7 @@ def test_the_joint_recipe_trains_on_a_slice_and_the_study_runs_end_to_end(real_a
         (["--captioner", "x.pt"], "both --captioner and --translator"),
         (["--evaluate-only"], "no joint model"),
         (["--photos", "3"], "the mosaics need at least 4"),
+        (["--hide-at", "image=pixels"], "unknown place to hide a position 'pixels'"),
     ],
 )
 def test_bad_input_is_one_clear_message(real_attention, tmp_path, capsys, argv, message):

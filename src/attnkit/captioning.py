@@ -182,7 +182,7 @@ class Captioner:
         def encode_keeping(keep: Tensor) -> EncoderOutput:
             return self.model.encode(Pixels(grey_cells(pixels, keep)))
 
-        return HideableSource(tuple(grid), encode_keeping)
+        return HideableSource(tuple(grid), encode_keeping, "image")
 
     @torch.no_grad()
     def caption(self, images: Sequence[ImageInput], beam_size: int | None = None, batch_size: int = 32, n_best: int = 1) -> list[list[Caption]]:

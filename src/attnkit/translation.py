@@ -118,7 +118,7 @@ class Translator:
             copies = torch.where(keep, ids, torch.full_like(ids, unknown))  # (B, S)
             return self.model.encode(pad_sequences(copies.tolist()).to(self.device))
 
-        return HideableSource((len(words),), encode_keeping)
+        return HideableSource((len(words),), encode_keeping, "text")
 
     @torch.no_grad()
     def translate(

@@ -10,7 +10,9 @@ One image and one source sentence (the target defaults to the caption decoded fr
 writes ``comparison.png`` (per target word its image map; below them one matrix of
 every word's weights over the source words), ``importance.png`` (each word's attention above its
 importance maps: how much of its log-probability rests on each cell and each source word, by the
-estimators ``--importance`` names: through attention and from the input unless told otherwise), ``report.html`` (self-contained; hover or click a word; switch between
+estimators ``--importance`` names: unless told otherwise through attention, one position hidden, and windows of
+1 and 2 positions hidden, a photo's cells from each step's attention and a sentence's words at the input, as chosen
+on validation scenes; docs/comparison.md), ``report.html`` (self-contained; hover or click a word; switch between
 attention and importance) and ``statistics.json`` (entropy, peak, effective positions, erasure,
 importance and its agreement with attention, per word and modality).
 
@@ -77,7 +79,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument(
         "--no-importance", action="store_true",
-        help="leave out the importance maps (they cost a forward pass per grid cell and per source word): for one image, importance.png and "
+        help="leave out the importance maps (they cost forward passes per grid cell and per source word): for one image, importance.png and "
         "the report's view switch; with --scenes, their scores in metrics.json (about a sixth of the time per scene; the example scene keeps them)",
     )  # fmt: skip
     add_importance_arguments(parser)

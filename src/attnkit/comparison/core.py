@@ -42,13 +42,11 @@ from attnkit.checkpoint import load_checkpoint
 from attnkit.data.batching import pad_sequences
 from attnkit.data.images import MOSAIC_PHOTOS, mosaic, open_rgb
 from attnkit.errors import UserError
-from attnkit.importance import NORM_WEIGHTED, ImportanceSettings, as_settings, importance_maps, real_values
+from attnkit.importance import MODALITIES, NORM_WEIGHTED, ImportanceSettings, as_settings, importance_maps, real_values
 from attnkit.interfaces import EncoderOutput
 from attnkit.model import model_from_checkpoint
 from attnkit.translation import Translator
 from attnkit.vocab import EOS
-
-MODALITIES = ("image", "text")
 
 
 @dataclass(frozen=True)
