@@ -268,6 +268,8 @@ class TrainConfig(_Checked):
     label_smoothing: float = checked(0.0, BELOW_ONE)
     attention_regularization: float = checked(0.0, at_least(0))  # Xu et al.'s lambda: a caption's loss is -log p(y|x) + lambda * sum_l (1 - sum_t alpha_tl)^2, a batch's the sum of its captions' over its target tokens (attnkit.losses)
     attention_supervision: float = checked(0.0, at_least(0))  # weight of KL(gold || attention) per word with gold positions (scene data only; 0: off)
+    importance_distillation: float = checked(0.0, at_least(0))  # weight of KL(importance || attention) per distilled caption: attention pulled towards what each word rests on (attnkit.distillation; task captioning; 0: off)
+    distillation_share: float = checked(0.1, between(0, 1, low_open=True))  # share of each batch's captions distilled (each runs every step again once per window of cells)
     teacher_forcing: float = checked(1.0, PROBABILITY)  # probability of feeding the gold previous word (below 1: scheduled sampling)
     warmup_steps: int = checked(0, at_least(0))  # the learning rate climbs linearly to lr over this many optimizer steps (attnkit.optim; 0: none)
     lr_patience: int = checked(1, at_least(0))  # validations without improvement before the LR is multiplied by lr_factor
@@ -330,6 +332,8 @@ class ExperimentConfig(_Checked):
             raise UserError("config key data.mosaic_share: mosaics are made of training photos (task captioning or multitask); task translation has none")
         if self.data.mosaic_share > 0 and self.train.attention_supervision > 0:
             raise UserError("config key data.mosaic_share cannot go with train.attention_supervision: the gold cells are those of one photo's grid, not a mosaic's")
+        if self.train.importance_distillation > 0 and self.task != "captioning":
+            raise UserError(f"config key train.importance_distillation: it distils importance over a photo's grid into a captioner's attention (task captioning), not task {self.task}")
         if self.data.pretrain_text and self.task != "pretrain":
             raise UserError(f"config key data.pretrain_text: more text to pre-train on belongs to task pretrain, not task {self.task}")
         if text.init_from and self.task != "translation":

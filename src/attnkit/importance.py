@@ -42,8 +42,7 @@ random masks hide many positions at once and credit each with the loss its absen
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch

@@ -1,4 +1,4 @@
-"""The training objective: token cross-entropy, the doubly stochastic attention term, attention supervision.
+"""The training objective: token cross-entropy, the doubly stochastic attention term, attention supervision, importance distillation.
 
 Legend: B batch, T target steps, L memory length, V target vocabulary.
 
@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from attnkit.config import TrainConfig
 from attnkit.data.batching import Batch
+from attnkit.distillation import distillation_targets, distilled_rows, select_sources
 from attnkit.vocab import Vocabulary
 
 
@@ -31,7 +32,7 @@ class LossOutput:
 
     per_token_sum: Tensor  # scalar: summed (smoothed) token cross-entropy + lambda * summed doubly stochastic term
     tokens: Tensor  # detached scalar: predicted target tokens in the batch
-    per_example_sum: Tensor  # scalar: summed per-example attention supervision (its weight included; 0 without)
+    per_example_sum: Tensor  # scalar: summed per-example attention supervision and importance distillation (weights included; 0 without)
     examples: Tensor  # detached scalar: examples in the batch
     nll_sum: Tensor  # detached scalar: summed unsmoothed token negative log-likelihood, for perplexity
     # Statistics stay tensors so the trainer can add them up without a device sync every batch.
@@ -57,15 +58,20 @@ class Seq2SeqObjective:
     pad_index: int = Vocabulary.pad_index
     bos_index: int = Vocabulary.bos_index  # with pad_index, never a target: label smoothing gives it no mass
     attention_supervision: float = 0.0  # weight of KL(gold || attention) on the batches' gold attention (attnkit.supervision)
+    importance_distillation: float = 0.0  # weight of KL(importance || attention) on a share of each batch's captions (attnkit.distillation)
+    distillation_share: float = 0.1
 
     @classmethod
     def from_config(cls, train: TrainConfig, pad_index: int, bos_index: int = Vocabulary.bos_index) -> "Seq2SeqObjective":
-        return cls(train.label_smoothing, train.attention_regularization, train.teacher_forcing, pad_index, bos_index, train.attention_supervision)
+        return cls(
+            train.label_smoothing, train.attention_regularization, train.teacher_forcing, pad_index, bos_index, train.attention_supervision,
+            train.importance_distillation, train.distillation_share,
+        )  # fmt: skip
 
     @property
     def needs_attention(self) -> bool:
         """Whether a term reads the attention (a Transformer computes none otherwise)."""
-        return self.attention_regularization > 0 or self.attention_supervision > 0
+        return self.attention_regularization > 0 or self.attention_supervision > 0 or self.importance_distillation > 0
 
     def __call__(self, model: nn.Module, batch: Batch) -> LossOutput:
         output = model(batch, teacher_forcing=self.teacher_forcing, need_attention=self.needs_attention)
@@ -92,6 +98,12 @@ class Seq2SeqObjective:
         if self.attention_supervision > 0 and batch.attention_gold is not None:
             gold = batch.attention_gold.dense(output.attention)  # (B, T, L)
             per_example_sum = self.attention_supervision * supervision_loss(output.attention, gold).sum()
+        if self.importance_distillation > 0:
+            rows = distilled_rows(targets.shape[0], self.distillation_share).to(targets.device)  # (B',)
+            wanted = distillation_targets(model, select_sources(batch.source, rows), batch.target[rows], is_token[rows])  # (B', T, L), detached
+            # Scaled to the whole batch, so the weight means the same per caption at any share.
+            distilled = supervision_loss(output.attention[rows], wanted).sum() * (targets.shape[0] / rows.shape[0])
+            per_example_sum = per_example_sum + self.importance_distillation * distilled
         examples = torch.full((), targets.shape[0], device=targets.device)  # filled on the device: no host-to-device copy
         return LossOutput(per_token_sum, tokens, per_example_sum, examples, (nll.detach() * is_token).sum())
 
