@@ -6,9 +6,9 @@ from torch import nn
 
 from attnkit.config import load_config
 from attnkit.data.batching import Batch, pad_sequences
-from attnkit.distillation import distilled_rows, window_removals, windows_hidden_from_attention
+from attnkit.distillation import DISTILLED_WINDOWS, distilled_rows, window_removals, windows_hidden_from_attention
 from attnkit.errors import UserError
-from attnkit.importance import HideableSource, ImportanceSettings, importance_maps
+from attnkit.importance import CHOSEN, DEFAULT_HIDING, DEFAULT_WINDOWS, HideableSource, ImportanceSettings, importance_maps
 from attnkit.interfaces import EncoderOutput, Grid, GridFeatures
 from attnkit.losses import Seq2SeqObjective, supervision_loss
 from conftest import TINY_TRANSFORMER, tiny_model
@@ -59,7 +59,8 @@ def test_the_batched_estimator_is_the_checked_one(vocab, decoder):
     with torch.no_grad():
         encoded = model.encode(batch.source)
     batched = windows_hidden_from_attention(model.decoder, encoded, batch.target, rows_at_once=20)  # (B, T, P), photos in chunks
-    settings = ImportanceSettings(("windows",), window_sizes=(1, 2), hide_at="attention")
+    assert (DISTILLED_WINDOWS, CHOSEN["image"], DEFAULT_HIDING["image"]) == (DEFAULT_WINDOWS, "windows", "attention")  # the image estimator chosen on scenes
+    settings = ImportanceSettings(("windows",), window_sizes=DISTILLED_WINDOWS, hide_at="attention")
     for i, length in enumerate((5, 3, 6)):
         hideable = HideableSource(GRID, lambda keep: None, "image")  # hidden from attention: the input is never encoded again
         one = importance_maps(model.decoder, encoded.row(i), hideable, batch.target[i, :length], settings)["windows"]  # (T_i, P)
