@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from attnkit.importance import CHOSEN, DEFAULT_ESTIMATORS, IMPORTANCE_LABELS
+from attnkit.importance import CHOSEN, IMPORTANCE_LABELS, add_importance_arguments, settings_from_arguments
 from attnkit.captioning import Captioner, train_captioning
 from attnkit.checkpoint import load_checkpoint
 from attnkit.cli import check_output_folder, positive_int, positive_number
@@ -134,12 +134,14 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="", help="run folder (default runs/bench-image-memory, or runs/bench-image-memory-quick)")
     parser.add_argument("--data", default="", help="data root holding flickr8k/ (default $ATTNKIT_DATA, else ../shared/data)")
     parser.add_argument("--quick", action="store_true", help=f"tiny models on {QUICK['train']} training photos, {QUICK['valid']} validation photos")
+    add_importance_arguments(parser)
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
+    settings = settings_from_arguments(args)  # a bad importance setting: one message before any work
     trained = {name: rest.split() for name, rest in parse_all(args.candidate, "--candidate").items()} if args.candidate else ({} if args.checkpoint else dict(CANDIDATES))
     given = {name: Path(path) for name, path in parse_all(args.checkpoint, "--checkpoint").items()}
     for name, path in given.items():
@@ -203,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             captioner.search = configs[name].search if name in configs else recipe.search
             began = time.perf_counter()
             scores = captioner.evaluate(valid, image_root(data), beam_size=5, batch_size=64, meteor=False)
-            study = caption_attention_study(captioner, [(image_root(data) / item.image, item.captions[0]) for item in valid], seed=args.seed)
+            study = caption_attention_study(captioner, [(image_root(data) / item.image, item.captions[0]) for item in valid], seed=args.seed, importance=settings)
             results[name].update(
                 grid=study.pop("grid"),
                 parameters=count_parameters(captioner.model),
@@ -249,11 +251,14 @@ def headline(found: dict) -> dict:
         "content_mosaic_mass": content_mosaic.get("mass"),
         "content_mosaic_pointing": content_mosaic.get("pointing"),
         "content_mosaic_reading_mass": study["mosaic"].get("reading", {}).get("by_group", {}).get("content", {}).get("mass"),
-        **{
-            f"content_agreement_{form}": study.get("agreement", {}).get(form, {}).get("by_group", {}).get("content", {}).get("rank_correlation")
-            for form in DEFAULT_ESTIMATORS
-        },
+        **{f"content_agreement_{form}": content_rank_correlation(study, "agreement", form) for form in study.get("agreement", {})},
+        **{f"content_norm_weighted_agreement_{form}": content_rank_correlation(study, "norm_weighted_agreement", form) for form in study.get("norm_weighted_agreement", {})},
     }
+
+
+def content_rank_correlation(study: dict, section: str, form: str) -> float | None:
+    """The content words' rank correlation of an attention view with the importance estimator ``form``."""
+    return study[section][form].get("by_group", {}).get("content", {}).get("rank_correlation")
 
 
 def estimator_label(form: str) -> str:
@@ -263,7 +268,10 @@ def estimator_label(form: str) -> str:
 
 def describe(name: str, found: dict) -> str:
     figures = headline(found)
-    agreements = ", ".join(f"{estimator_label(form)} {figures[f'content_agreement_{form}']}" for form in DEFAULT_ESTIMATORS)
+    agreements = ", ".join(f"{estimator_label(form)} {figures[f'content_agreement_{form}']}" for form in found["study"].get("agreement", {}))
+    viewed = found["study"].get("norm_weighted_agreement", {})
+    if viewed:
+        agreements += "; the norm-weighted view's with " + ", ".join(f"{estimator_label(form)} {figures[f'content_norm_weighted_agreement_{form}']}" for form in viewed)
     return (
         f"{name}: valid BLEU-4 {figures['valid_bleu4']}, CIDEr-D {figures['valid_cider_d']} (beam 5); content words: "
         f"{figures['content_effective_cells']} effective cells, peak erased changes the word {percent(figures['content_peak_flip'])} "
@@ -279,14 +287,15 @@ def percent(value: float | None) -> str:
 
 def markdown_table(results: dict, photos: int) -> str:
     """One row per candidate: captions, training time, spread, erasure and localisation, content | function words."""
+    forms = list(next(iter(results.values()))["study"].get("agreement", {})) if results else []  # one run: the same estimators for all
     header = (
         "| candidate | grid | train min (epochs) | valid BLEU-4 | valid CIDEr-D | effective cells | peak erased: word changes | random cell: word changes "
         "| log p lost (peak) | mosaic: mass on own quadrant | mosaic: pointing | mosaic, reading step: mass "
-        + "".join(f"| rank corr. with {estimator_label(form)} (shuffled) " for form in DEFAULT_ESTIMATORS) + "|"
+        + "".join(f"| rank corr. with {estimator_label(form)} (shuffled) " for form in forms) + "|"
     )
     lines = [
         f"Flickr8k validation, {photos} photos; each pair: content / function words; mosaic chance: a quarter; agreement: content words.", "", header,
-        "|" + "---|" * (12 + len(DEFAULT_ESTIMATORS)),
+        "|" + "---|" * (12 + len(forms)),
     ]
     for name, found in results.items():
         study = found["study"]
@@ -304,7 +313,7 @@ def markdown_table(results: dict, photos: int) -> str:
             f"| {name} | {found['grid'][0]}x{found['grid'][1]} | {training['minutes']} ({training['epochs']}) | {found['valid_beam5']['bleu4']} "
             f"| {found['valid_beam5']['cider_d']} | {both(spread, 'effective_positions')} | {both(erasure, 'peak_flip', 100)} % "
             f"| {both(erasure, 'random_flip', 100)} % | {both(erasure, 'peak_drop', 1, 3)} | {both(mosaic, 'mass', 100)} % | {both(mosaic, 'pointing', 100)} % "
-            f"| {both(study['mosaic'].get('reading', {}).get('by_group', {}), 'mass', 100)} % | " + " | ".join(map(agreed, DEFAULT_ESTIMATORS)) + " |"
+            f"| {both(study['mosaic'].get('reading', {}).get('by_group', {}), 'mass', 100)} % | " + "".join(f"{agreed(form)} | " for form in forms).rstrip()
         )
     return "\n".join(lines) + "\n"
 

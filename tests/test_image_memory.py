@@ -54,6 +54,13 @@ def test_two_candidates_train_and_are_measured_in_one_table(image_memory, tmp_pa
     assert rerun["recipe"] == result["candidates"]["recipe"]  # the same model, photos and seed: the same figures
     assert rerun["elsewhere"] == result["candidates"]["penalty 1"]
 
+    # The norm-weighted view of the attention against the importance estimators (issue 45's third lever).
+    viewed = ["--quick", "--no-progress", "--out", str(tmp_path / "viewed"), "--checkpoint", f"elsewhere: {out / 'penalty_1' / 'best.pt'}", "--importance", "windows,norm_weighted"]
+    assert image_memory.main(viewed) == 0
+    found = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["candidates"]["elsewhere"]
+    assert found["content_agreement_windows"] == rerun["elsewhere"]["content_agreement_windows"]  # the default windows, hidden from attention
+    assert -1 <= found["content_norm_weighted_agreement_windows"] <= 1 and "content_norm_weighted_agreement_norm_weighted" not in found
+
 
 @pytest.mark.parametrize(
     "argv, message",
@@ -62,6 +69,7 @@ def test_two_candidates_train_and_are_measured_in_one_table(image_memory, tmp_pa
         (["--checkpoint", "x: missing.pt"], "no checkpoint at missing.pt"),
         (["--evaluate-only", "--candidate", "never trained:"], "has no model in"),
         (["--photos", "3", "--candidate", "a:"], "the mosaics need at least 4"),
+        (["--hide-at", "image=pixels", "--candidate", "a:"], "unknown place to hide a position 'pixels'"),
     ],
 )
 def test_bad_input_is_one_clear_message(image_memory, tmp_path, argv, message):

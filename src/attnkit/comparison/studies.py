@@ -31,7 +31,7 @@ from attnkit.comparison.word_groups import add_parts_by_group, comparison_word_g
 from attnkit.data.batching import pad_sequences
 from attnkit.data.images import mosaic_arrangements, open_mosaic
 from attnkit.errors import UserError
-from attnkit.importance import ImportanceSettings, as_settings, importance_maps
+from attnkit.importance import ESTIMATES_OF_IMPORTANCE, NORM_WEIGHTED, ImportanceSettings, as_settings, importance_maps
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,8 @@ def caption_attention_study(
     ``items``: (photo, a caption of it). Each caption is forced over its photo: erasure per word group
     (what removing the peak cell, a random cell or the lowest cell does to the word); with ``importance``, each
     word's attention against its importance maps (``agreement`` per estimator and word group; True: the default
-    estimators, or the :class:`attnkit.importance.ImportanceSettings` given); and over a mosaic of
+    estimators, or the :class:`attnkit.importance.ImportanceSettings` given; with ``norm_weighted`` among them, also
+    that view of the attention against every estimate of importance, ``norm_weighted_agreement``); and over a mosaic of
     its photo and three others (arrangements from ``seed``, as :func:`mosaic_study`): localisation per word group,
     at the step that emits each word and (``reading``) at the step that has read it; and the spread of each
     word's attention over its photo (normalised entropy, peak, effective cells).
@@ -143,6 +144,7 @@ def caption_attention_study(
     erased: dict[str, list[Erasure]] = defaultdict(list)
     settings = as_settings(importance)
     agreed: dict[str, dict[str, list[Agreement]]] = {form: defaultdict(list) for form in settings.estimators} if settings else {}  # form -> group -> parts
+    viewed: dict[str, dict[str, list[Agreement]]] = defaultdict(lambda: defaultdict(list))  # the norm-weighted view: form -> group -> parts
     spread: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))  # group -> statistic -> per word
     for start in range(0, len(items), batch_size):
         chunk = range(start, min(start + batch_size, len(items)))
@@ -159,6 +161,9 @@ def caption_attention_study(
                 maps = importance_maps(decoder, encoded.row(i - start), captioner.hideable(items[i][0], grid), forced[i - start, : len(words[i]) + 2], settings)
                 for form, found in maps.items():
                     add_parts_by_group(agreed[form], agreement(rows[: len(words[i])], found[: len(words[i])], generator=torch.Generator().manual_seed(i)), groups[i])
+                    if NORM_WEIGHTED in maps and form in ESTIMATES_OF_IMPORTANCE:  # the view read in place of the raw weights
+                        view = maps[NORM_WEIGHTED][: len(words[i])]
+                        add_parts_by_group(viewed[form], agreement(view, found[: len(words[i])], generator=torch.Generator().manual_seed(i)), groups[i])
         for row, i in enumerate(chunk):
             ids = forced[row, : len(words[i]) + 2]
             add_parts_by_group(erased, erasure(decoder, encoded.row(row), ids, generator=torch.Generator().manual_seed(i)), groups[i])
@@ -182,6 +187,8 @@ def caption_attention_study(
     }
     if settings is not None:
         found["agreement"] = {form: pooled_by_group(by_group, agreement_means) for form, by_group in agreed.items()}
+    if viewed:
+        found["norm_weighted_agreement"] = {form: pooled_by_group(by_group, agreement_means) for form, by_group in viewed.items()}
     return found
 
 
