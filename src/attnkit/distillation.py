@@ -32,15 +32,25 @@ from attnkit.interfaces import EncoderOutput, Grid, Source
 DISTILLED_WINDOWS = (1, 2)  # attnkit.importance.DEFAULT_WINDOWS: the sizes chosen on scenes
 
 
+def window_within(shape: Sequence[int], size: int, from_attention: bool) -> tuple[int, ...]:
+    """The window of side ``size`` over positions laid out as ``shape`` ((rows, columns) of a grid, (S,) of a
+    sentence), cut to fit: no side longer than the input's, and, when positions are hidden from the attention, not
+    the whole input (its last side one shorter), so something is left to attend to."""
+    window = [max(1, min(size, side)) for side in shape]
+    if from_attention and list(window) == list(shape):
+        window[-1] = max(1, window[-1] - 1)
+    return tuple(window)
+
+
 def window_removals(grid: tuple[int, int], sizes: Sequence[int]) -> tuple[Tensor, Tensor]:
-    """Every k x k window of a (rows, columns) grid at stride 1, for each k of ``sizes`` (cut to the grid): the cells
-    each hides (R, P) bool, and the weights (R, P) that turn the windows' losses into each cell's importance as
-    Captum's ``Occlusion`` (:func:`attnkit.importance.window_importance`) does: per size, the mean over the windows
-    that cover the cell; the sizes summed."""
+    """Every k x k window of a (rows, columns) grid at stride 1, for each k of ``sizes`` (cut to the grid and short
+    of the whole of it: :func:`window_within`): the cells each hides (R, P) bool, and the weights (R, P) that turn
+    the windows' losses into each cell's importance as Captum's ``Occlusion`` (:func:`attnkit.importance.window_importance`)
+    does: per size, the mean over the windows that cover the cell; the sizes summed."""
     rows, columns = grid
     hidden, weights = [], []
     for size in sizes:
-        height, width = min(size, rows), min(size, columns)
+        height, width = window_within(grid, size, from_attention=True)
         windows = torch.zeros(rows - height + 1, columns - width + 1, rows, columns, dtype=torch.bool)
         for top in range(rows - height + 1):
             for left in range(columns - width + 1):

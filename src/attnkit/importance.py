@@ -49,6 +49,7 @@ import torch
 from torch import Tensor
 
 from attnkit.analysis import ForcedRun, attention_importance, forced_attention_by_head
+from attnkit.distillation import window_within
 from attnkit.errors import UserError
 from attnkit.interfaces import EncoderOutput
 
@@ -252,15 +253,14 @@ def input_importance(forward: PresenceModel, settings: ImportanceSettings, devic
 def window_importance(forward: PresenceModel, settings: ImportanceSettings, device: torch.device) -> Tensor:
     """Sliding windows over the positions (k x k cells of a grid, k consecutive words), stride one, for each size k
     of ``settings.window_sizes``: each size's map is the mean log p(gold) lost over the windows that cover the
-    position (Captum's ``Occlusion``), and the sizes' maps are summed. A window longer than a sentence is cut to
-    it (hidden from the attention: to all its words but one, so something is left to attend to). (T, P)"""
+    position (Captum's ``Occlusion``), and the sizes' maps are summed. A window larger than the input is cut to it
+    (hidden from the attention: short of the whole input, so something is left to attend to; :func:`window_within`). (T, P)"""
     from captum.attr import Occlusion
 
     presence = _presence(forward, device)
-    longest = [side - 1 if isinstance(forward, HiddenFromAttention) and len(forward.shape) == 1 else side for side in forward.shape]
     total = None
     for size in settings.window_sizes:
-        window = tuple(max(1, min(size, side)) for side in longest)
+        window = window_within(forward.shape, size, from_attention=isinstance(forward, HiddenFromAttention))
         found = Occlusion(forward).attribute(
             presence, sliding_window_shapes=window, strides=(1,) * len(window), baselines=0.0, perturbations_per_eval=settings.batch_size
         )  # (T, *shape)
