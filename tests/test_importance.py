@@ -19,6 +19,7 @@ from attnkit.importance import (
     KeptPositions,
     at_memory,
     add_importance_arguments,
+    importance_label,
     importance_maps,
     input_importance,
     norm_weighted_attention,
@@ -333,6 +334,14 @@ def test_the_settings_go_through_the_command_line_unchanged(place):
     settings = ImportanceSettings(("windows", "random_masks"), window_sizes=(1, 3), masks=7, mask_share=0.3, **({} if place is None else {"hide_at": parse_hiding(place)}))
     assert settings_from_arguments(parser.parse_args(settings.as_arguments())) == settings
     assert settings_from_arguments(parser.parse_args([])) == ImportanceSettings()
+
+
+def test_labels_say_where_positions_were_hidden():
+    assert importance_label("input") == "importance, one position hidden"
+    assert importance_label("windows", {"image": "attention"}) == "importance, windows of positions hidden from attention"
+    assert importance_label("input", {"image": "attention", "text": "input"}) == "importance, one position hidden (cells from attention, words at the input)"
+    assert importance_label("input", {"image": "memory", "text": "memory"}) == "importance, one position hidden in the memory"
+    assert importance_label("attention", {"image": "memory"}) == "importance through attention"  # hidden from attention by its nature
 
 
 def test_a_place_to_hide_at_without_its_modality_is_refused():

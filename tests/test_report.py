@@ -180,9 +180,9 @@ def test_the_view_switch_shows_each_importance_form_of_both_modalities(tmp_path)
 
         attention_map = browser.find_element(By.ID, "image-map").get_attribute("src")
         assert heights() == pytest.approx([10.0, 80.0, 10.0], abs=0.1)  # the attention of "red"
-        Select(browser.find_element(By.ID, "view")).select_by_visible_text("importance from the input")
+        Select(browser.find_element(By.ID, "view")).select_by_visible_text("importance, one position hidden")
         assert heights() == pytest.approx([0.0, 80.0, 20.0], abs=0.1)  # 2.0 and 0.5 of 2.5
-        assert browser.find_element(By.ID, "current-word").text == "red (importance from the input)"
+        assert browser.find_element(By.ID, "current-word").text == "red (importance, one position hidden)"
         assert browser.find_element(By.ID, "image-map").get_attribute("src") != attention_map
         assert "most important cell: row 1, column 0," in browser.find_element(By.ID, "image-stats").text  # input form: cell 3 - 1 = 2
         assert "most important word: cercle," in browser.find_element(By.ID, "text-stats").text

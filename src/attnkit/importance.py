@@ -55,14 +55,15 @@ from attnkit.interfaces import EncoderOutput
 
 ATTENTION_PATH, INPUT_OCCLUSION, WINDOWS, RANDOM_MASKS, GRADIENTS, NORM_WEIGHTED = "attention", "input", "windows", "random_masks", "gradients", "norm_weighted"
 ESTIMATORS = (ATTENTION_PATH, INPUT_OCCLUSION, WINDOWS, RANDOM_MASKS, GRADIENTS, NORM_WEIGHTED)
-IMPORTANCE_LABELS = {  # figures, reports
+IMPORTANCE_LABELS = {  # figures, reports (importance_label adds where a perturbation estimator hid positions)
     ATTENTION_PATH: "importance through attention",
-    INPUT_OCCLUSION: "importance from the input",
-    WINDOWS: "importance from windows of positions",
-    RANDOM_MASKS: "importance from random masks",
+    INPUT_OCCLUSION: "importance, one position hidden",
+    WINDOWS: "importance, windows of positions hidden",
+    RANDOM_MASKS: "importance, random masks",
     GRADIENTS: "integrated gradients",
     NORM_WEIGHTED: "norm-weighted attention",
 }
+PERTURBING = (INPUT_OCCLUSION, WINDOWS, RANDOM_MASKS)  # the estimators that hide positions where hide_at says
 # What compare computes unless told otherwise: the estimator chosen on validation scenes for each modality
 # (CHOSEN; docs/comparison.md, "The instrument checked on scenes", has their figures) and importance through
 # attention, the form every earlier figure read beside importance from the input.
@@ -85,6 +86,8 @@ MODALITIES = ("image", "text")  # what a HideableSource comes from: where it is 
 # attention, 83-93 % in the memory, 76-81 % at the input, where the backbone carries a cell's grey to its
 # neighbours), a sentence's words at the input (a word made <unk>: the lowest AER over content words, 0.009 / 0.0).
 DEFAULT_HIDING = {"image": "attention", "text": "input"}
+HIDING_LABELS = {"input": "at the input", "memory": "in the memory", "attention": "from attention"}
+POSITION_NAMES = {"image": "cells", "text": "words"}
 # The estimator each modality's importance is read from, chosen on validation scenes (bench/importance_scenes.py).
 CHOSEN = {"image": WINDOWS, "text": INPUT_OCCLUSION}
 
@@ -360,7 +363,7 @@ def importance_maps(decoder, encoded: EncoderOutput, source: HideableSource, tar
     real = encoded.mask[0].cpu()
     device = encoded.memory.device
     target = target.to(device)
-    perturbing = {INPUT_OCCLUSION: input_importance, WINDOWS: window_importance, RANDOM_MASKS: random_mask_importance}
+    perturbing = dict(zip(PERTURBING, (input_importance, window_importance, random_mask_importance)))
     forward = presence_model(decoder, encoded, source, target, settings) if perturbing.keys() & set(settings.estimators) else None
     maps = {}
     for name in settings.estimators:
@@ -377,6 +380,18 @@ def importance_maps(decoder, encoded: EncoderOutput, source: HideableSource, tar
             _, heads = forced_attention_by_head(decoder, encoded, target.unsqueeze(0))
             maps[name] = norm_weighted_attention(heads[0], real_values(decoder, encoded), *declared_head(decoder))
     return maps
+
+
+def importance_label(form: str, places: Mapping[str, str] | None = None) -> str:
+    """An estimator's name in figures and reports. A perturbation estimator's says where it hid positions: ``places``
+    (modality -> place, as ``ImportanceSettings.hide_at``; give one modality's for that modality's panel) when they
+    are known, e.g. "importance, one position hidden from attention"."""
+    label = IMPORTANCE_LABELS[form]
+    if form not in PERTURBING or not places:
+        return label
+    if len(set(places.values())) == 1:
+        return f"{label} {HIDING_LABELS[next(iter(places.values()))]}"
+    return f"{label} ({', '.join(f'{POSITION_NAMES[modality]} {HIDING_LABELS[place]}' for modality, place in places.items())})"
 
 
 def importance_distribution(importance: Tensor) -> Tensor:

@@ -26,7 +26,7 @@ from pathlib import Path
 from torch import Tensor
 
 from attnkit.analysis import READING, json_number
-from attnkit.importance import IMPORTANCE_LABELS, ImportanceSettings, importance_distribution
+from attnkit.importance import ImportanceSettings, importance_distribution
 from attnkit.comparison import (
     DEFAULT_EXTRACTION,
     AttentionComparer,
@@ -193,7 +193,7 @@ def _importance_steps(image, comparison: Comparison, statistics: dict) -> list[d
         text_shares = importance_distribution(maps["text"][form])  # (T, S)
         for t, step in enumerate(steps):
             recorded = statistics["per_word"][t]["importance"]
-            view = {"label": IMPORTANCE_LABELS[form], "map": _jpeg_data_url(pictures[t]), "weights": [round(float(w), 4) for w in text_shares[t]]}
+            view = {"label": comparison.importance_label(form), "map": _jpeg_data_url(pictures[t]), "weights": [round(float(w), 4) for w in text_shares[t]]}
             view["lost"] = recorded["text"][form]
             for modality in ("image", "text"):
                 lost = maps[modality][form][t]  # (L,): NaN everywhere for a source of one position
@@ -291,7 +291,7 @@ def render_report(image, comparison: Comparison, statistics: dict, title: str = 
     if importance_steps is not None:  # the view switch: attention, or what the output rested on
         head_choices += (
             '<label>show: <select id="view"><option value="" selected>attention</option>'
-            + "".join(f'<option value="{form}">{escape(IMPORTANCE_LABELS[form])}</option>' for form in comparison.estimators())
+            + "".join(f'<option value="{form}">{escape(comparison.importance_label(form))}</option>' for form in comparison.estimators())
             + "</select></label>"
         )
     head_choices = f'<p class="heads">{head_choices}</p>' if head_choices else ""

@@ -6,6 +6,7 @@ pyplot's backend (a notebook's, say) is neither read nor changed.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -191,16 +192,17 @@ def plot_importance(image, comparison, path: str | Path, title: str = "", column
     the comparison holds (the positive part, normalised per word, so the most important cell is red). Over the source
     words: matrices side by side, attention and each estimator, a row per target word. ``comparison`` is an
     :class:`attnkit.comparison.Comparison` holding importance maps (``compare(importance=True)``)."""
-    from attnkit.importance import IMPORTANCE_LABELS, importance_distribution
+    from attnkit.importance import importance_distribution
 
     maps = comparison.importance()
     words, sources = comparison.target_words, comparison.source_words
-    views = [("attention", comparison.image_attention, comparison.text_attention)] + [
-        (IMPORTANCE_LABELS[form], importance_distribution(maps["image"][form]), importance_distribution(maps["text"][form])) for form in comparison.estimators()
-    ]
+    views = [("attention", "attention", comparison.image_attention, comparison.text_attention)] + [
+        (comparison.importance_label(form, "image"), comparison.importance_label(form, "text"), importance_distribution(maps["image"][form]), importance_distribution(maps["text"][form]))
+        for form in comparison.estimators()
+    ]  # (label over the photo, label over the words, image rows, text rows)
     blocks = (len(words) + columns - 1) // columns
     panel = 1.6  # inches per image panel
-    pictures = [overlays(image, image_rows, comparison.grid, longest=round(panel * FIGURE_DPI)) for _, image_rows, _ in views]
+    pictures = [overlays(image, image_rows, comparison.grid, longest=round(panel * FIGURE_DPI)) for _, _, image_rows, _ in views]
     width, height = pictures[0][0].size
     strip_height = panel * height / width + 0.3  # inches: the panels, then the words above them
     matrix_height = 0.8 + 0.2 * len(words) + 0.075 * max(len(source) for source in sources)
@@ -210,25 +212,25 @@ def plot_importance(image, comparison, path: str | Path, title: str = "", column
     grid = figure.add_gridspec(blocks * len(views) + 1, 1, height_ratios=[strip_height] * (blocks * len(views)) + [matrix_height])
     for block in range(blocks):
         first = block * columns
-        for v, (label, _, _) in enumerate(views):
+        for v, (label, _, _, _) in enumerate(views):
             strip, centres = _strip(pictures[v][first : first + columns], columns)  # (H, W', 3)
             row = figure.add_subplot(grid[block * len(views) + v, 0])
             row.imshow(strip)
             row.set_frame_on(False)
             row.set_yticks([])
-            row.set_ylabel(label.replace("importance ", "importance\n"), fontsize=8)
+            row.set_ylabel(label.replace("importance, ", "importance,\n").replace("importance through", "importance\nthrough").replace(" hidden ", " hidden\n"), fontsize=8)
             shown = words[first : first + columns] if v == 0 else []
             row.set_xticks(centres[: len(shown)], labels=shown, fontsize=10)
             row.xaxis.tick_top()
             row.tick_params(length=0)
     matrices = grid[blocks * len(views), 0].subgridspec(1, len(views))
-    for v, (label, _, text_rows) in enumerate(views):
+    for v, (_, label, _, text_rows) in enumerate(views):
         matrix = figure.add_subplot(matrices[0, v])
         matrix.imshow(text_rows.float().cpu().numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
         matrix.set_xticks(range(len(sources)), labels=sources, rotation=90, fontsize=7)
         matrix.set_yticks(range(len(words)), labels=words if v == 0 else [], fontsize=7)
         matrix.tick_params(length=0)
-        matrix.set_title(f"source words: {label}", fontsize=9)
+        matrix.set_title(textwrap.fill(f"source words: {label}", 36), fontsize=9)  # the labels that say where positions were hidden are long
     if title:
         figure.suptitle(title, fontsize=11)
     return save_figure(figure, path)

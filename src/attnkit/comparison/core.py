@@ -42,7 +42,7 @@ from attnkit.checkpoint import load_checkpoint
 from attnkit.data.batching import pad_sequences
 from attnkit.data.images import MOSAIC_PHOTOS, mosaic, open_rgb
 from attnkit.errors import UserError
-from attnkit.importance import MODALITIES, NORM_WEIGHTED, ImportanceSettings, as_settings, importance_maps, real_values
+from attnkit.importance import MODALITIES, NORM_WEIGHTED, ImportanceSettings, as_settings, importance_label, importance_maps, real_values
 from attnkit.interfaces import EncoderOutput
 from attnkit.model import model_from_checkpoint
 from attnkit.translation import Translator
@@ -70,6 +70,12 @@ class Comparison:
     text_importance: dict[str, Tensor] | None = None  # estimator -> (T, S) per source word (compare(importance=...))
     image_values: Tensor | None = None  # (N, h, L, M) what each cell adds through each head (with the norm_weighted estimator)
     text_values: Tensor | None = None  # (N, h, S, M)
+    hidden_at: dict[str, str] | None = None  # where the importance estimators hid each modality's positions (ImportanceSettings.hide_at)
+
+    def importance_label(self, form: str, modality: str | None = None) -> str:
+        """Estimator ``form``'s name in figures and reports, with where it hid ``modality``'s positions (None: both's)."""
+        places = self.hidden_at or {}
+        return importance_label(form, places if modality is None else {modality: places[modality]} if modality in places else None)
 
     def importance(self) -> dict[str, dict[str, Tensor]]:
         """Per modality and importance estimator (:mod:`attnkit.importance`), the (T, L) map of every step."""
@@ -280,6 +286,7 @@ class AttentionComparer:
                 Comparison(
                     [*w, EOS], image[: len(w) + 1], grid, source, text[: len(w) + 1], image_reading, text_reading, *erased,
                     image_every[i], text_every[i], image_decoder.reading_offset, text_decoder.reading_offset, *maps, *values,
+                    None if hideable is None else dict(hideable[1].hide_at),
                 )
             )  # fmt: skip
             if each is not None:
