@@ -218,7 +218,7 @@ def plot_importance(image, comparison, path: str | Path, title: str = "", column
             row.imshow(strip)
             row.set_frame_on(False)
             row.set_yticks([])
-            row.set_ylabel(label.replace("importance, ", "importance,\n").replace("importance through", "importance\nthrough").replace(" hidden ", " hidden\n"), fontsize=8)
+            row.set_ylabel(textwrap.fill(label, 26), fontsize=8)
             shown = words[first : first + columns] if v == 0 else []
             row.set_xticks(centres[: len(shown)], labels=shown, fontsize=10)
             row.xaxis.tick_top()

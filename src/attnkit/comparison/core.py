@@ -75,7 +75,9 @@ class Comparison:
     def importance_label(self, form: str, modality: str | None = None) -> str:
         """Estimator ``form``'s name in figures and reports, with where it hid ``modality``'s positions (None: both's)."""
         places = self.hidden_at or {}
-        return importance_label(form, places if modality is None else {modality: places[modality]} if modality in places else None)
+        if modality is not None:
+            places = {modality: places[modality]} if modality in places else {}
+        return importance_label(form, places)
 
     def importance(self) -> dict[str, dict[str, Tensor]]:
         """Per modality and importance estimator (:mod:`attnkit.importance`), the (T, L) map of every step."""
