@@ -110,7 +110,7 @@ def test_evaluate_and_compare_warn_of_cut_sources_as_translate_does(checkpoint, 
     monkeypatch.setattr(compare.AttentionComparer, "from_checkpoints", lambda *args, **kwargs: SimpleNamespace(translator=translator))
     monkeypatch.setattr(compare, "write_comparison", lambda *args, **kwargs: [])
     Image.new("RGB", (8, 8)).save(tmp_path / "photo.png")
-    argv = ["--checkpoint", str(checkpoint), "--image", str(tmp_path / "photo.png"), "--source", long, "--out", str(tmp_path / "out")]
+    argv = ["--checkpoint", str(checkpoint), "--image", str(tmp_path / "photo.png"), "--source", long, "--no-importance", "--out", str(tmp_path / "out")]
     assert run_cli(compare.main, argv) == 0
     assert capsys.readouterr().err.splitlines() == ["warning: source sentence 1 has more than 50 words; only the first 50 were read"]
 

@@ -115,7 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_output_folder(out, "--out", files=COMPARISON_FILES)
         images = [open_rgb(image) for image in args.image]  # an unreadable photo is named before the models load
     comparer = AttentionComparer.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device)
-    grid_size = comparer.captioner.model.encoder_for("image").config.grid_size if WINDOWS in settings.estimators else 0  # 0: the backbone's own
+    windows_asked = not args.no_importance and WINDOWS in settings.estimators
+    grid_size = comparer.captioner.model.encoder_for("image").config.grid_size if windows_asked else 0  # 0: the backbone's own
     if grid_size:  # windows larger than the grid are refused before any work
         settings.check_grid((grid_size, grid_size))
     importance = False if args.no_importance else settings
