@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from attnkit.interfaces import EncoderOutput, Grid, Source
 
-DISTILLED_WINDOWS = (1, 2)  # attnkit.importance.DEFAULT_WINDOWS: the sizes chosen on scenes
+DISTILLED_WINDOWS = (1, 2)  # the window sizes chosen on scenes (bench/importance_scenes.py); attnkit.importance.DEFAULT_WINDOWS is this
 
 
 def window_within(shape: Sequence[int], size: int, from_attention: bool) -> tuple[int, ...]:

@@ -49,7 +49,7 @@ import torch
 from torch import Tensor
 
 from attnkit.analysis import ForcedRun, attention_importance, forced_attention_by_head
-from attnkit.distillation import window_within
+from attnkit.distillation import DISTILLED_WINDOWS, window_within
 from attnkit.errors import UserError
 from attnkit.interfaces import EncoderOutput
 
@@ -68,7 +68,7 @@ PERTURBING = (INPUT_OCCLUSION, WINDOWS, RANDOM_MASKS)  # the estimators that hid
 # (CHOSEN; docs/comparison.md, "The instrument checked on scenes", has their figures) and importance through
 # attention, the form every earlier figure read beside importance from the input.
 DEFAULT_ESTIMATORS = (ATTENTION_PATH, INPUT_OCCLUSION, WINDOWS)
-DEFAULT_WINDOWS = (1, 2)
+DEFAULT_WINDOWS = DISTILLED_WINDOWS  # one definition: the sizes chosen on scenes, also what training distils
 # The estimators that read the output of an intervention (what the word lost); norm_weighted reweights attention.
 ESTIMATES_OF_IMPORTANCE = (ATTENTION_PATH, INPUT_OCCLUSION, WINDOWS, RANDOM_MASKS, GRADIENTS)
 
