@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from attnkit import viz
-from attnkit.viz import attention_maps, display_image, overlays, plot_image_attention
+from attnkit.viz import attention_maps, display_image, distinct_views, overlays, plot_image_attention
 
 
 def test_overlay_has_one_panel_per_word_and_the_input(tmp_path, monkeypatch):
@@ -62,6 +62,13 @@ def test_overlay_rejects_a_grid_that_does_not_match():
 
 
 @pytest.mark.slow  # a fresh interpreter imports torch: a few seconds
+def test_a_map_two_estimators_share_is_drawn_once_under_both_names():
+    attention, shared = torch.rand(3, 4), torch.rand(3, 4)  # one position hidden from attention IS importance through attention
+    views = distinct_views([("attention", attention), ("through attention", shared), ("hidden from attention", shared), ("windows", shared.clone())])
+    assert [label for label, _ in views] == ["attention", "through attention = hidden from attention", "windows"]  # equal values, another map: kept
+    assert views[1][1] is shared
+
+
 def test_importing_and_saving_figures_leaves_the_pyplot_backend_alone(tmp_path):
     # In a fresh interpreter: the backend is process-wide, and a notebook user's choice must survive.
     script = textwrap.dedent(

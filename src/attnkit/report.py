@@ -188,12 +188,16 @@ def _importance_steps(image, comparison: Comparison, statistics: dict) -> list[d
     modality the most important position, the loss there and the attention's rank correlation with it."""
     maps = comparison.importance()
     steps: list[dict] = [{} for _ in comparison.target_words]
+    drawn: dict[int, list[str]] = {}  # id of an image map -> its overlays: a map two estimators share is drawn once
     for form in comparison.estimators():
-        pictures = overlays(image, importance_distribution(maps["image"][form]), comparison.grid, longest=MAP_PIXELS)
+        image_map = maps["image"][form]
+        if id(image_map) not in drawn:
+            drawn[id(image_map)] = [_jpeg_data_url(picture) for picture in overlays(image, importance_distribution(image_map), comparison.grid, longest=MAP_PIXELS)]
+        pictures = drawn[id(image_map)]
         text_shares = importance_distribution(maps["text"][form])  # (T, S)
         for t, step in enumerate(steps):
             recorded = statistics["per_word"][t]["importance"]
-            view = {"label": comparison.importance_label(form), "map": _jpeg_data_url(pictures[t]), "weights": [round(float(w), 4) for w in text_shares[t]]}
+            view = {"label": comparison.importance_label(form), "map": pictures[t], "weights": [round(float(w), 4) for w in text_shares[t]]}
             view["lost"] = recorded["text"][form]
             for modality in ("image", "text"):
                 lost = maps[modality][form][t]  # (L,): NaN everywhere for a source of one position

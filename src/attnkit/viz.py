@@ -185,36 +185,51 @@ def _strip(pictures: list, count: int, gap: int = 8):
     return strip, [k * (width + gap) + width / 2 for k in range(count)]
 
 
+def distinct_views(views: Sequence[tuple[str, Tensor]]) -> list[tuple[str, Tensor]]:
+    """``views`` (label, map) with a map that several share (the same tensor: e.g. one position hidden from attention,
+    which is importance through attention) kept once, at its first place, under their labels joined by " = "."""
+    kept: list[tuple[str, Tensor]] = []
+    for label, rows in views:
+        same = next((k for k, (_, seen) in enumerate(kept) if seen is rows), None)
+        if same is None:
+            kept.append((label, rows))
+        else:
+            kept[same] = (f"{kept[same][0]} = {label}", rows)
+    return kept
+
+
 def plot_importance(image, comparison, path: str | Path, title: str = "", columns: int = 6) -> Path:
     """Each target word's attention beside its importance maps (:mod:`attnkit.importance`), in both modalities.
 
     Over the image: per block of ``columns`` words, a row of attention overlays, then a row per importance estimator
     the comparison holds (the positive part, normalised per word, so the most important cell is red). Over the source
-    words: matrices side by side, attention and each estimator, a row per target word. ``comparison`` is an
+    words: matrices side by side, attention and each estimator, a row per target word. Two estimators that give the
+    same map (one position hidden from attention is importance through attention) share one row or matrix. ``comparison`` is an
     :class:`attnkit.comparison.Comparison` holding importance maps (``compare(importance=True)``)."""
     from attnkit.importance import importance_distribution
 
     maps = comparison.importance()
     words, sources = comparison.target_words, comparison.source_words
-    views = [("attention", "attention", comparison.image_attention, comparison.text_attention)] + [
-        (comparison.importance_label(form, "image"), comparison.importance_label(form, "text"), importance_distribution(maps["image"][form]), importance_distribution(maps["text"][form]))
-        for form in comparison.estimators()
-    ]  # (label over the photo, label over the words, image rows, text rows)
+    image_views, text_views = (
+        distinct_views([("attention", attention)] + [(comparison.importance_label(form, modality), maps[modality][form]) for form in comparison.estimators()])
+        for modality, attention in (("image", comparison.image_attention), ("text", comparison.text_attention))
+    )  # (label, rows) per modality, a map that two estimators share drawn once; each drawn as a distribution (attention is one)
     blocks = (len(words) + columns - 1) // columns
     panel = 1.6  # inches per image panel
-    pictures = [overlays(image, image_rows, comparison.grid, longest=round(panel * FIGURE_DPI)) for _, _, image_rows, _ in views]
+    pictures = [overlays(image, importance_distribution(rows), comparison.grid, longest=round(panel * FIGURE_DPI)) for _, rows in image_views]
     width, height = pictures[0][0].size
     strip_height = panel * height / width + 0.3  # inches: the panels, then the words above them
     matrix_height = 0.8 + 0.2 * len(words) + 0.075 * max(len(source) for source in sources)
+    rows_per_block = len(image_views)
     figure = _new_figure(
-        figsize=(max(panel * columns + 1.2, 3 * (1.5 + 0.2 * len(sources))), strip_height * blocks * len(views) + matrix_height + 0.5), layout="constrained"
+        figsize=(max(panel * columns + 1.2, 3 * (1.5 + 0.2 * len(sources))), strip_height * blocks * rows_per_block + matrix_height + 0.5), layout="constrained"
     )
-    grid = figure.add_gridspec(blocks * len(views) + 1, 1, height_ratios=[strip_height] * (blocks * len(views)) + [matrix_height])
+    grid = figure.add_gridspec(blocks * rows_per_block + 1, 1, height_ratios=[strip_height] * (blocks * rows_per_block) + [matrix_height])
     for block in range(blocks):
         first = block * columns
-        for v, (label, _, _, _) in enumerate(views):
+        for v, (label, _) in enumerate(image_views):
             strip, centres = _strip(pictures[v][first : first + columns], columns)  # (H, W', 3)
-            row = figure.add_subplot(grid[block * len(views) + v, 0])
+            row = figure.add_subplot(grid[block * rows_per_block + v, 0])
             row.imshow(strip)
             row.set_frame_on(False)
             row.set_yticks([])
@@ -223,10 +238,10 @@ def plot_importance(image, comparison, path: str | Path, title: str = "", column
             row.set_xticks(centres[: len(shown)], labels=shown, fontsize=10)
             row.xaxis.tick_top()
             row.tick_params(length=0)
-    matrices = grid[blocks * len(views), 0].subgridspec(1, len(views))
-    for v, (_, label, _, text_rows) in enumerate(views):
+    matrices = grid[blocks * rows_per_block, 0].subgridspec(1, len(text_views))
+    for v, (label, text_rows) in enumerate(text_views):
         matrix = figure.add_subplot(matrices[0, v])
-        matrix.imshow(text_rows.float().cpu().numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+        matrix.imshow(importance_distribution(text_rows).cpu().numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
         matrix.set_xticks(range(len(sources)), labels=sources, rotation=90, fontsize=7)
         matrix.set_yticks(range(len(words)), labels=words if v == 0 else [], fontsize=7)
         matrix.tick_params(length=0)
