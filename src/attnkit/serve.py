@@ -45,6 +45,7 @@ SOCKET_TIMEOUT = 30.0  # seconds a read or a write may wait on a client
 MIN_UPLOAD_BYTES_PER_S = 100_000  # an upload slower than this (past the timeout) is cut: it holds a connection
 SPOOL_IN_MEMORY = 1 << 20  # a waiting body's bytes kept in memory; the rest waits on disk
 CHUNK_BYTES = 1 << 16
+LINGER_SECONDS = 2.0  # after a refusal, what the client still sends is read away this long before the close
 MAX_PARTS, MAX_PART_HEADER_BYTES = 16, 16_384  # the page's form has two parts with a line of header each
 BUSY_TEXT = b"The page is busy: try again in a moment.\n"
 BUSY_ANSWER = (
@@ -311,6 +312,21 @@ def make_server(
             """Answer before reading the body (or after reading it away) and close: what is left unread is not ours."""
             self.close_connection = True
             self._send(status, page.page(error=error))
+            self._linger()
+
+        def _linger(self) -> None:
+            """Close the way Apache's lingering close does: closing a socket with unread bytes in it sends a reset,
+            which can reach a client still sending its body before our answer does, and destroys the answer there.
+            So: the answer goes out, our side is shut (the client reads it to the end), and what the client still
+            sends is read away for at most ``LINGER_SECONDS``, after which the connection is closed as before."""
+            deadline = time.monotonic() + LINGER_SECONDS
+            with contextlib.suppress(OSError):  # a client already gone has nothing to linger for
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_WR)
+                while (left := deadline - time.monotonic()) > 0:
+                    self.connection.settimeout(left)
+                    if not self.connection.recv(CHUNK_BYTES):  # the client closed its side too
+                        break
 
         def do_GET(self) -> None:
             if urlsplit(self.path).path != "/":
