@@ -192,3 +192,47 @@ def test_a_captioner_trains_on_mosaics_of_its_photos(scenes, tmp_path):
     train_captioning(config, progress_bar=False, log=lines.append)
     assert any("12 images (and 6 mosaics of them) for training, 36 captions" in line for line in lines), lines
     assert Captioner.from_checkpoint(tmp_path / "last.pt", device="cpu").caption([next((scenes.parent / "images").iterdir())], beam_size=1)[0][0].words
+
+
+def test_an_ensemble_of_one_checkpoint_twice_captions_as_that_checkpoint(scenes, tmp_path, capsys, vocab):
+    """attnkit caption / evaluate with --checkpoint given twice; checkpoints that cannot decode together are refused
+    (another vocabulary, a translation model) with one message before any image is read."""
+    import json
+
+    from attnkit.checkpoint import save_checkpoint
+    from attnkit.commands import caption, evaluate
+    from attnkit.errors import run_cli
+    from test_average import checkpoint_of
+    from conftest import tiny_model
+
+    config = load_config(None, [f"data.path={scenes}", f"output_dir={tmp_path / 'run'}", "train.epochs=2", *TINY])
+    train_captioning(config, progress_bar=False, log=lambda _: None)
+    checkpoint = str(tmp_path / "run" / "last.pt")
+    paths = sorted((scenes.parent / "images").iterdir())
+    alone = Captioner.from_checkpoint(checkpoint, device="cpu").caption(paths, beam_size=3, n_best=2)
+    twice = Captioner.from_checkpoints([checkpoint, checkpoint], device="cpu").caption(paths, beam_size=3, n_best=2)
+    for one, other in zip(alone, twice):
+        assert [c.words for c in one] == [c.words for c in other]
+        assert [c.score for c in one] == pytest.approx([c.score for c in other], abs=1e-5)
+    capsys.readouterr()
+    assert run_cli(caption.main, ["--checkpoint", checkpoint, "--checkpoint", checkpoint, "--beam", "3", *map(str, paths[:2])]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{p}\t{c[0].text}" for p, c in zip(paths[:2], alone)]
+    assert run_cli(evaluate.main, ["--checkpoint", checkpoint, "--checkpoint", checkpoint, "--split", "test", "--beam", "1", "--limit", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)["checkpoint"] == [checkpoint, checkpoint]
+
+    # a captioner of other captions: another vocabulary
+    relabelled = [item.__class__(item.image, (f"one {item.image.split('-')[0]} thing",)) for item in read_caption_split(scenes, "train")]
+    other_data = write_caption_dataset(tmp_path / "other", {"train": relabelled, "valid": relabelled, "test": relabelled}, scenes.parent / "images")
+    config = load_config(None, [f"data.path={other_data}", f"output_dir={tmp_path / 'other-run'}", "train.epochs=1", *TINY])
+    train_captioning(config, progress_bar=False, log=lambda _: None)
+    translator = tmp_path / "translation.pt"
+    save_checkpoint(translator, checkpoint_of(tiny_model(vocab), vocab))
+    for ensemble, message in [
+        ([checkpoint, str(tmp_path / "other-run" / "last.pt")], "has another vocabulary than the first checkpoint"),
+        ([checkpoint, str(translator)], "translation"),
+    ]:
+        assert run_cli(caption.main, [a for path in ensemble for a in ("--checkpoint", path)] + [str(paths[0])]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and err.count("\n") == 1, err
+    assert run_cli(evaluate.main, ["--checkpoint", str(translator), "--checkpoint", str(translator), "--split", "test"]) == 2
+    assert "ensemble, which attnkit evaluate does for captioning" in capsys.readouterr().err

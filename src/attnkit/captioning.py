@@ -31,6 +31,7 @@ from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
 from attnkit.data.features import FeatureCache, encoder_identity
 from attnkit.data.images import ImageError, ImageSource, MosaicFile, image_tensor, load_image, load_image_source, mosaic_arrangements, grey_cells, open_rgb
 from attnkit.encoders.image import ImageEncoder
+from attnkit.ensemble import EnsembleDecoder
 from attnkit.errors import UserError
 from attnkit.importance import HideableSource
 from attnkit.interfaces import EncoderOutput, GridFeatures, Pixels
@@ -136,6 +137,7 @@ class Captioner:
         self.device = device
         self.precision = precision
         self.cache = cache if cache is not None and model.encoder_for("image").caches else None
+        self.ensemble: list[Captioner] = []  # other members that decode with this one (from_checkpoints)
 
     @classmethod
     def from_checkpoint(
@@ -151,6 +153,22 @@ class Captioner:
         cache = _feature_cache(model.encoder_for("image"), cache_dir) if cache_dir else None
         device = resolve_device(device)
         return cls(model, pipeline, config.search, device, cache, resolve_precision(config.train.precision, device))
+
+    @classmethod
+    def from_checkpoints(cls, checkpoints: Sequence[str | Path | Checkpoint], device: str = "auto", cache_dir: str | Path | None = None) -> "Captioner":
+        """The captioner of one checkpoint, or of several an ensemble (:mod:`attnkit.ensemble`): every caption is searched
+        over the mean of their next-word log-probabilities; each member reads the image its own way (size, backbone,
+        feature cache). The members must share one vocabulary: checkpoints of one recipe (its seeds, its epochs)."""
+        if not checkpoints:
+            raise UserError("no checkpoint given")
+        first = cls.from_checkpoint(checkpoints[0], device, cache_dir)
+        for number, path in enumerate(checkpoints[1:], 2):
+            member = cls.from_checkpoint(path, device, cache_dir)
+            if member.pipeline.vocabularies != first.pipeline.vocabularies:
+                named = path if not isinstance(path, Checkpoint) else f"checkpoint {number}"
+                raise UserError(f"{named} has another vocabulary than the first checkpoint: an ensemble's checkpoints must share one (checkpoints of one recipe: its seeds, its epochs)")
+            first.ensemble.append(member)
+        return first
 
     def _sources(self, images: Sequence[ImageInput]) -> Pixels | GridFeatures:
         encoder: ImageEncoder = self.model.encoder_for("image")
@@ -203,7 +221,10 @@ class Captioner:
                         results[i] = self.caption([images[i]], beam_size, 1, n_best)[0]
                 continue
             with autocast(self.device, self.precision):
-                found = search(self.model.decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam_size, n_best, never=vocab.never_output)
+                decoder = self.model.decoder
+                if self.ensemble:  # every member encodes the chunk its own way; an unreadable image failed above already
+                    decoder = EnsembleDecoder([(decoder, encoded), *((m.model.decoder, m.encode([images[i] for i in chunk])) for m in self.ensemble)])
+                found = search(decoder, encoded, vocab.bos_index, vocab.eos_index, self.search, beam_size, n_best, never=vocab.never_output)
             grid = (encoded.layout.height, encoded.layout.width)
             for i, hypotheses in zip(chunk, found):
                 results[i] = [self._caption(_name(images[i], i), h, grid) for h in hypotheses]

@@ -2,6 +2,7 @@
 
     attnkit caption --checkpoint runs/flickr8k/best.pt photo.jpg more/*.jpg
     attnkit caption --checkpoint CK --beam 5 --attention-png attention.png photo.jpg
+    attnkit caption --checkpoint seed0/best.pt --checkpoint seed1/best.pt photo.jpg    # an ensemble
 
 Prints ``path<TAB>caption`` per image (with --n-best N: N lines of
 ``path<TAB>rank<TAB>score<TAB>caption``). Many images go through one batched
@@ -9,6 +10,9 @@ beam search. An image that cannot be read (missing, not an image, truncated,
 too large, a directory) prints a message on stderr and makes the exit code 1;
 the other images are still captioned. ``--attention-png`` writes, per image,
 the image and one panel per generated word with its attention map overlaid.
+Several ``--checkpoint`` (of one recipe: one vocabulary) decode as an ensemble:
+the search runs over the mean of their next-word log-probabilities, and the
+overlays show the first checkpoint's attention.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from attnkit.errors import UserError
 def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnkit caption", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("images", nargs="+", help="image files")
-    parser.add_argument("--checkpoint", required=True, help="a captioning checkpoint (best.pt)")
+    parser.add_argument("--checkpoint", required=True, action="append", help="a captioning checkpoint (best.pt); several: an ensemble")
     parser.add_argument("--attention-png", metavar="OUT.png", help="write the per-word attention overlays (OUT-<n>.png per image when several)")
     parser.add_argument("--cache", metavar="DIR", help="feature cache folder for a frozen encoder (default: no cache)")
     add_search_arguments(parser, batch_size=32)
@@ -42,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_output_file(numbered_path(args.attention_png, number, several), "--attention-png", figure=True)
     if args.cache:
         check_output_folder(args.cache, "--cache", writable=False)  # a full cache may be read-only
-    captioner = Captioner.from_checkpoint(args.checkpoint, device=args.device, cache_dir=args.cache)
+    captioner = Captioner.from_checkpoints(args.checkpoint, device=args.device, cache_dir=args.cache)
     beam = beam_for(args, captioner.search.beam_size)
     failures = 0
     numbers = iter(range(1, len(args.images) + 1))

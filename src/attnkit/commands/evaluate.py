@@ -44,7 +44,7 @@ DOES = {CAPTIONING: "captions", TRANSLATION: "translates"}
 
 def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnkit evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--checkpoint", required=True, action="append", help="a checkpoint; several captioning checkpoints of one recipe: an ensemble")
     parser.add_argument("--split", help="split of the prepared dataset: train, valid or test")
     parser.add_argument("--data", help="prepared dataset folder (default: the one in the checkpoint's config)")
     parser.add_argument("--source", metavar="FILE", help="translation: raw source sentences, one per line")
@@ -64,10 +64,13 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
+    names, args.checkpoint = args.checkpoint, args.checkpoint[0]  # the first decides the task; the others join an ensemble
     checkpoint = load_checkpoint(args.checkpoint)
     task = chosen_task(args, checkpoint.task)
-    result = evaluate_translation(args, checkpoint) if task == TRANSLATION else evaluate_captioning(args, checkpoint)
-    print(json_text({"checkpoint": args.checkpoint, **result}))
+    if len(names) > 1 and task != CAPTIONING:
+        raise UserError(f"several --checkpoint decode as an ensemble, which attnkit evaluate does for captioning; {args.checkpoint} {DOES[TRANSLATION]}")
+    result = evaluate_translation(args, checkpoint) if task == TRANSLATION else evaluate_captioning(args, checkpoint, names[1:])
+    print(json_text({"checkpoint": names[0] if len(names) == 1 else names, **result}))
     return 0
 
 
@@ -145,7 +148,8 @@ def evaluate_translation(args: argparse.Namespace, checkpoint) -> dict:
     return {**what, **scores}
 
 
-def evaluate_captioning(args: argparse.Namespace, checkpoint) -> dict:
+def evaluate_captioning(args: argparse.Namespace, checkpoint, ensemble: Sequence[str] = ()) -> dict:
+    """``ensemble``: further checkpoints that decode with ``checkpoint`` (:meth:`Captioner.from_checkpoints`)."""
     if wrong := given_options(args, TRANSLATION):
         raise UserError(f"{'/'.join(wrong)} {'is' if len(wrong) == 1 else 'are'} for translation checkpoints; this one captions (use --images/--captions)")
     if bool(args.images) != bool(args.captions):
@@ -163,7 +167,7 @@ def evaluate_captioning(args: argparse.Namespace, checkpoint) -> dict:
         what = {"images": args.images, "captions": args.captions}
     if args.limit > 0:
         items = items[: args.limit]
-    captioner = Captioner.from_checkpoint(checkpoint, device=args.device, cache_dir=args.cache)
+    captioner = Captioner.from_checkpoints([checkpoint, *ensemble], device=args.device, cache_dir=args.cache)
     log = lambda message: print(message, file=sys.stderr)  # noqa: E731  (stdout is the JSON)
     return {**what, **captioner.evaluate(items, root, beam_size=args.beam, batch_size=args.batch_size, log=log)}
 
