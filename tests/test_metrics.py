@@ -63,3 +63,28 @@ def test_translation_bleu_reports_both_cased_and_lowercased(lowercase):
     assert "case:mixed" in scores["bleu_cased_signature"] and "case:lc" in scores["bleu_lowercased_signature"]
     own = "bleu_lowercased" if lowercase else "bleu_cased"
     assert scores["bleu"] == scores[own] and scores["bleu_signature"] == scores[f"{own}_signature"]
+
+
+def test_cider_d_reward_equals_pycocoevalcap_on_fixed_captions():
+    """Per image, against that image's references, with document frequencies from the same references."""
+    import random
+
+    import numpy as np
+    from pycocoevalcap.cider.cider import Cider
+
+    from attnkit.metrics import CiderD, caption_words
+
+    rng = random.Random(0)
+    words = "a dog runs on the grass two men ride bikes down hill child in red shirt plays with ball".split()
+    references = [[[rng.choice(words) for _ in range(rng.randint(3, 12))] for _ in range(rng.randint(1, 5))] for _ in range(30)]
+    references[0] = [["A", "dog", "runs", "on", "the", "grass", "."], ["a", "brown", "dog", "runs", "."]]
+    captions = [[rng.choice(words) for _ in range(rng.randint(0, 12))] for _ in references]
+    captions[0] = ["a", "dog", "runs", "on", "grass"]
+    captions[1] = references[1][0]  # a caption equal to one of its references
+    reward = CiderD(references)
+    ours = [reward.score(caption, image) for image, caption in enumerate(captions)]
+    gold = {i: [" ".join(caption_words(r)) for r in rs] for i, rs in enumerate(references)}
+    generated = {i: [" ".join(caption_words(c))] for i, c in enumerate(captions)}
+    _, theirs = Cider().compute_score(gold, generated)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
+    assert ours[0] > 1.0 and ours[1] > ours[2]

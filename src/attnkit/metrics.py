@@ -1,8 +1,11 @@
-"""Corpus-level scores, computed by well-kept libraries (sacreBLEU; pycocoevalcap and NLTK for captions)."""
+"""Corpus-level scores, computed by well-kept libraries (sacreBLEU; pycocoevalcap and NLTK for captions), and
+CIDEr-D per caption as a training reward (:class:`CiderD`, our own, held equal to pycocoevalcap's by a test)."""
 
 from __future__ import annotations
 
+import math
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 
 from sacrebleu.metrics import BLEU, CHRF
@@ -97,3 +100,58 @@ def caption_scores(
         warnings.simplefilter("ignore", UserWarning)
         scores["bleu4_nltk"] = round(100 * corpus_bleu(refs, hyps), 2)
     return scores
+
+
+# -- CIDEr-D as a reward ----------------------------------------------------------------------------------
+CIDER_NGRAMS = 4
+CIDER_SIGMA = 6.0  # the Gaussian length penalty's width, in (pycocoevalcap's) length units
+
+
+def _ngram_counts(words: Sequence[str]) -> Counter:
+    return Counter(tuple(words[i : i + n]) for n in range(1, CIDER_NGRAMS + 1) for i in range(len(words) - n + 1))
+
+
+class CiderD:
+    """CIDEr-D of one caption against one image's references, on pycocoevalcap's scale (its per-image scores: 0-10,
+    papers print x100), with the document frequencies fixed once from ``references`` (the training references, for
+    self-critical training: Rennie et al. 2017 fix them so a caption's reward does not depend on its batch).
+
+    The same arithmetic as pycocoevalcap's ``CiderScorer`` (clipped tf-idf n-gram vectors, n = 1..4, cosine per n,
+    the Gaussian length penalty, mean over n, mean over references, x10), including its length, which counts the
+    caption's bigrams; faster for many captions because each reference's vectors are computed once.
+
+    ``references``: per image, its reference captions as word lists; a caption is scored against the references of
+    ``image`` (its index there). Words are compared as :func:`caption_scores` compares them (lower-cased, without
+    punctuation)."""
+
+    def __init__(self, references: Sequence[Sequence[Sequence[str]]]):
+        if not references:
+            raise ValueError("CIDEr-D needs the references of at least one image")
+        counted = [[_ngram_counts(caption_words(reference)) for reference in image] for image in references]
+        self.document_frequency = Counter(ngram for image in counted for ngram in set().union(*image))  # images holding each n-gram
+        self.log_images = math.log(len(references))
+        self.references = [[self._vector(counts) for counts in image] for image in counted]
+
+    def _vector(self, counts: Counter) -> tuple[list[dict], list[float], int]:
+        """tf-idf weights per n-gram order, their norms, and pycocoevalcap's length (the number of bigrams)."""
+        weights: list[dict] = [{} for _ in range(CIDER_NGRAMS)]
+        squares = [0.0] * CIDER_NGRAMS
+        for ngram, count in counts.items():
+            weight = count * (self.log_images - math.log(max(1.0, self.document_frequency[ngram])))
+            weights[len(ngram) - 1][ngram] = weight
+            squares[len(ngram) - 1] += weight * weight
+        return weights, [math.sqrt(square) for square in squares], sum(counts[g] for g in weights[1])
+
+    def score(self, caption: Sequence[str], image: int) -> float:
+        weights, norms, length = self._vector(_ngram_counts(caption_words(caption)))
+        total = 0.0
+        references = self.references[image]
+        for reference_weights, reference_norms, reference_length in references:
+            penalty = math.exp(-((length - reference_length) ** 2) / (2 * CIDER_SIGMA**2))
+            for n in range(CIDER_NGRAMS):
+                shared = reference_weights[n]
+                similarity = sum(min(weight, shared.get(ngram, 0.0)) * shared.get(ngram, 0.0) for ngram, weight in weights[n].items())
+                if norms[n] and reference_norms[n]:
+                    similarity /= norms[n] * reference_norms[n]
+                total += similarity * penalty
+        return 10.0 * total / CIDER_NGRAMS / len(references)
