@@ -209,3 +209,31 @@ def test_never_keeps_pad_and_bos_out_of_every_output_so_each_attention_row_has_i
     for best, *_ in found:
         assert not {Vocabulary.pad_index, BOS} & set(best.tokens)
         assert best.attention.shape[0] == len(vocab.decode(best.tokens)) + best.finished
+
+
+@pytest.mark.parametrize("settings", [STYLES[0], STYLES[2], TINY_TRANSFORMER])
+def test_a_sample_s_log_probability_is_the_teacher_forced_one_and_carries_gradients(vocab, settings):
+    """What self-critical training needs: each sample's summed log-probs equal log p(sample) as the teacher-forced
+    pass computes it, gradients reach the weights, the seed repeats the samples, and <pad> / <bos> are never drawn."""
+    from attnkit.search import sample
+
+    model = _trained_like(vocab, **settings)
+    encoded = model.encode(pad_sequences(SOURCES))
+    draw = lambda: sample(model.decoder, encoded, BOS, EOS, vocab.pad_index, 9, per_source=3, never=[BOS], generator=torch.Generator().manual_seed(0))  # noqa: E731
+    drawn = draw()
+    assert drawn.tokens.shape[0] == len(SOURCES) * 3 and torch.equal(drawn.tokens, draw().tokens)
+    assert not ((drawn.tokens == BOS).any() or (drawn.tokens[:, 0] == vocab.pad_index).any())
+    ended = drawn.tokens.gather(1, (drawn.lengths - 1).unsqueeze(1)).squeeze(1) == EOS
+    assert ended.any()
+    words = drawn.words(EOS)
+    assert all(len(w) == int(n) - int(e) for w, n, e in zip(words, drawn.lengths, ended))
+
+    repeated = EncoderOutput.joined([encoded.row(i) for i in range(len(SOURCES)) for _ in range(3)])  # each source's rows, as sampled
+    inputs = torch.cat([torch.full((drawn.tokens.shape[0], 1), BOS), drawn.tokens[:, :-1]], 1)  # (B*S, T)
+    inputs = inputs.masked_fill(inputs == EOS, vocab.pad_index)
+    logits = model.decoder(repeated, inputs).logits  # (B*S, T, V)
+    forced = torch.log_softmax(logits.float().index_fill(-1, torch.tensor([vocab.pad_index, BOS]), float("-inf")), -1)
+    forced = forced.gather(-1, drawn.tokens.unsqueeze(-1)).squeeze(-1).masked_fill(drawn.tokens == vocab.pad_index, 0.0)  # (B*S, T)
+    torch.testing.assert_close(drawn.log_probs.sum(1), forced.sum(1), rtol=1e-4, atol=1e-4)
+    drawn.log_probs.sum().backward()
+    assert model.decoder.output.weight.grad is not None and model.decoder.output.weight.grad.abs().sum() > 0

@@ -294,6 +294,62 @@ def search(
     return beam_search(decoder, encoded, bos, eos, beam, limits, config.length_penalty, n_best, never)
 
 
+@dataclass(frozen=True)
+class Samples:
+    """Captions (or translations) drawn from the decoder's own distribution, ``per_source`` consecutive rows per source."""
+
+    tokens: Tensor  # (B*S, T) each sample's words, its <eos> included when it ended, <pad> after
+    log_probs: Tensor  # (B*S, T) log p of each sampled word (0 past the end), with gradients when the decoder has them
+    lengths: Tensor  # (B*S,) words per sample, <eos> included
+    per_source: int
+
+    def words(self, eos: int) -> list[list[int]]:
+        """Each sample's word ids without <eos> and <pad> (on the host)."""
+        return [row[: n - int(n > 0 and row[n - 1] == eos)] for row, n in zip(self.tokens.tolist(), self.lengths.tolist())]
+
+
+def sample(
+    decoder: Decoder,
+    encoded: EncoderOutput,
+    bos: int,
+    eos: int,
+    pad: int,
+    max_length: int | Tensor,
+    per_source: int = 1,
+    never: Sequence[int] = (),
+    generator: torch.Generator | None = None,
+) -> Samples:
+    """``per_source`` outputs per source, each word drawn from the step's softmax (never a word in ``never``), for
+    policy-gradient training (self-critical sequence training: Rennie et al. 2017). Runs with gradients: the summed
+    ``log_probs`` of a sample is log p(sample), differentiable through the decoder and the encoder's output. A sample
+    that has ended keeps stepping with <pad> (its words and log-probs are masked) until every sample has ended or
+    reached its source's length limit."""
+    rows = encoded.batch_size * per_source
+    device = encoded.memory.device
+    limits = _limits(encoded, max_length).repeat_interleave(per_source).to(device)  # (B*S,)
+    state = decoder.init_state(encoded).expand_beams(per_source)  # B*S rows
+    previous = torch.full((rows,), bos, dtype=torch.long, device=device)
+    never_ids = _never_ids(sorted({*never, pad}), device)  # <pad> marks the end below: it is never drawn
+    running = torch.ones(rows, dtype=torch.bool, device=device)
+    tokens, log_probs = [], []
+    for t in range(int(limits.max())):
+        out = decoder.step(previous, state)
+        state = out.state
+        step_log_probs = torch.log_softmax(_without(out.logits, never_ids), -1)  # (B*S, V)
+        drawn = torch.multinomial(step_log_probs.detach().exp(), 1, generator=generator).squeeze(1)  # (B*S,)
+        drawn = torch.where(running, drawn, torch.full_like(drawn, pad))
+        tokens.append(drawn)
+        drawn_log_prob = step_log_probs.gather(1, drawn.unsqueeze(1)).squeeze(1)  # (B*S,); -inf for <pad>
+        log_probs.append(torch.where(running, drawn_log_prob, torch.zeros_like(drawn_log_prob)))  # 0 once ended
+        running = running & (drawn != eos) & (t + 1 < limits)
+        if not bool(running.any()):  # one host read a step, as greedy search makes
+            break
+        previous = drawn
+    tokens_bt = torch.stack(tokens, 1)  # (B*S, T)
+    lengths = (tokens_bt != pad).sum(1)  # words up to and including <eos>
+    return Samples(tokens_bt, torch.stack(log_probs, 1), lengths, per_source)
+
+
 def _never_ids(never: Sequence[int], device: torch.device) -> Tensor | None:
     return torch.tensor(list(never), dtype=torch.long, device=device) if never else None  # made once per search: no copy per step
 
