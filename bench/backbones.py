@@ -8,7 +8,7 @@ Run from the project root::
 
 Each backbone is the captioning recipe's image encoder (``tasks/configs/flickr8k.yaml``: its last
 ``--trainable-blocks`` blocks fine-tuned, cells projected to 512) at the resolution its ImageNet weights were trained
-at, pooled to the grid its map has there (EfficientNet-Lite0 224 px, 7 x 7; Lite1 240 px, 8 x 8; Lite2 260 px, 9 x 9).
+at, one cell per position of its map there (EfficientNet-Lite0 224 px, 7 x 7; Lite1 240 px, 8 x 8; Lite2 260 px, 9 x 9).
 What a training run pays for it, measured on the same photos:
 
 1. ``prefix_ms_per_photo``: the frozen blocks, once per photo (the feature cache keeps their map);
@@ -36,7 +36,7 @@ from attnkit.config import ImageEncoderConfig
 from attnkit.data.captions import image_root, read_caption_split
 from attnkit.data.images import load_image
 from attnkit.encoders import efficientnet_lite
-from attnkit.encoders.image import ImageEncoder, _feature_map, build_backbone
+from attnkit.encoders.image import ImageEncoder
 from attnkit.errors import UserError, run_cli
 from attnkit.interfaces import GridFeatures
 from machine import busy_cores, print_result
@@ -44,6 +44,7 @@ from machine import busy_cores, print_result
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from data_scripts import prepare_flickr8k  # noqa: E402  (the project root is not on sys.path for bench/ scripts)
+
 RECIPE_TRAINABLE_BLOCKS = 2  # tasks/configs/flickr8k.yaml's image_encoder.trainable_blocks
 RECIPE_MEMORY_SIZE = 512
 BATCH = 32
@@ -60,10 +61,9 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def native_encoder(name: str, trainable_blocks: int) -> ImageEncoder:
-    """The recipe's encoder on ``name`` at its ImageNet resolution, pooled to the grid of its map there."""
+    """The recipe's encoder on ``name`` at its ImageNet resolution, one cell per position of its map there (grid 0)."""
     resolution = efficientnet_lite.VARIANTS[name].resolution
-    _, side, _ = _feature_map(build_backbone(name, "none").blocks, resolution)
-    config = ImageEncoderConfig(backbone=name, image_size=resolution, grid_size=side, trainable_blocks=trainable_blocks, memory_size=RECIPE_MEMORY_SIZE)
+    config = ImageEncoderConfig(backbone=name, image_size=resolution, grid_size=0, trainable_blocks=trainable_blocks, memory_size=RECIPE_MEMORY_SIZE)
     return ImageEncoder(config)
 
 
@@ -96,7 +96,7 @@ def measure(name: str, pixels: torch.Tensor, trainable_blocks: int) -> dict:
     trainable = sum(p.numel() for p in encoder.backbone.parameters() if p.requires_grad)
     return {
         "image_size": encoder.config.image_size,
-        "cells": encoder.config.grid_size**2,
+        "cells": encoder(GridFeatures(cached[0][:1])).memory.shape[1],  # L of (1, L, 512)
         "cached_map": list(cached[0].shape[1:]),
         "prefix_ms_per_photo": round(milliseconds_per_photo(prefix, len(pixels)), 1),
         "cache_kb_per_photo": round(cached[0][0].numel() * 2 / 1000, 1),
