@@ -71,10 +71,20 @@ def _train_worker(rank: int, world: int, port: int, task: str, overrides: list[s
         return features
 
     FeatureCache.get = counting_get
+    from attnkit.train import Trainer
+
+    fit, trained = Trainer.fit, {}
+
+    def fit_and_sum_weights(self):  # each rank's weights after training, summed: equal ranks stayed in step
+        progress = fit(self)
+        trained["weights"] = float(sum(p.detach().double().sum() for p in self.model.parameters()))
+        return progress
+
+    Trainer.fit = fit_and_sum_weights
     printed: list[str] = []
     train = {"translation": train_translation, "captioning": train_captioning, "multitask": train_multitask}[task]
     train(load_config(None, overrides), resume=load_checkpoint(resume) if resume else None, progress_bar=False, log=printed.append)
-    Path(f"{report}-{rank}.json").write_text(json.dumps({"printed": printed, "cache": cache_counts}))
+    Path(f"{report}-{rank}.json").write_text(json.dumps({"printed": printed, "cache": cache_counts, **trained}))
     end_process(0)  # as tasks/train.py ends a rank
 
 
@@ -161,6 +171,25 @@ def test_captioning_on_two_ranks_computes_the_feature_cache_once(caption_images,
     assert reports[0]["cache"]["misses"] == 12  # rank 0 computes every image ...
     assert reports[1]["cache"] == {"hits": 12, "misses": 0}  # ... and rank 1 reads them (it does not validate)
     assert epochs_logged(tmp_path / "run") == [1]
+
+
+@pytest.mark.slow
+def test_self_critical_training_on_two_ranks_keeps_the_ranks_in_step(caption_images, tmp_path):
+    """Each rank samples its own captions; the gradients are averaged only if the sampling runs through the DDP
+    wrapper's forward: both ranks end with the same weights, moved from the start's."""
+    from attnkit.captioning import train_captioning
+
+    common = [f"data.path={caption_images}", *TINY_CAPTIONING, "train.device=cpu", "train.valid_max_examples=4"]
+    train_captioning(load_config(None, [*common, f"output_dir={tmp_path / 'xe'}", "train.epochs=1"]), progress_bar=False, log=lambda _: None)
+    start = tmp_path / "xe" / "best.pt"
+    scst = [*common, f"output_dir={tmp_path / 'scst'}", "train.epochs=1", "train.objective=scst", f"train.init_from={start}", "train.scst_samples=2", "train.batch_size=2"]
+    reports = train_on_two_ranks("captioning", scst, tmp_path / "report")
+    from attnkit.model import model_from_checkpoint
+
+    started = float(sum(p.detach().double().sum() for p in model_from_checkpoint(load_checkpoint(start)).parameters()))
+    assert reports[0]["weights"] == reports[1]["weights"] and abs(reports[0]["weights"] - started) > 1e-6
+    (record,) = [json.loads(line) for line in (tmp_path / "scst" / "log.jsonl").read_text().splitlines()]
+    assert record["step"] == 3 and "train_reward" in record  # 12 photos, 2 a rank: 3 steps of 4
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,11 @@ def flickr8k(monkeypatch):
         (["--beams", "0,5"], "at least 1"),
         (["--beams", "5,5"], "names 5 twice"),
         (["--choose", "decoder.dropout"], "must look like"),
+        (["--ensemble", "--seeds", "3"], "--ensemble decodes the seeds' checkpoints together: give at least two --seeds"),
+        (["--scst-set", "train.lr=0.001"], "--scst-epochs N (N >= 1) runs the SCST stage"),
+        (["--scst-epochs", "-1"], "--scst-epochs N (N >= 1)"),
+        (["--scst-epochs", "2", "--scst-set", "train.scst_baseline=best"], "unknown SCST baseline 'best'"),
+        (["--scst-epochs", "2", "--set", "train.label_smoothing=0.1"], "train.label_smoothing: it smooths the cross-entropy targets"),
     ],
 )
 def test_bad_options_are_one_message_before_any_work(flickr8k, capsys, argv, message):
@@ -70,6 +75,9 @@ def test_reuse_takes_a_finished_run_of_the_same_training_and_continues_one_cut_s
     _finished(tmp_path / "b-seed1", to_dict(asked("train.seed=1")), epoch=6)  # cut short, no stop reason: not finished
     _finished(tmp_path / "c-seed2", to_dict(asked("train.seed=2")), epoch=4, stop_reason="early stopping", best=False)
     _finished(tmp_path / "d-seed3", to_dict(asked("train.seed=3")), epoch=4, stop_reason="early stopping")
+    older = to_dict(asked("train.seed=5"))
+    del older["train"]["objective"], older["train"]["scst_samples"]  # saved before these keys existed: it trained with their defaults
+    _finished(tmp_path / "f-seed5", older, epoch=10)
 
     found = flickr8k.finished_run(tmp_path, asked("train.seed=0", "search.beam_size=3", "train.keep_epochs=2"))  # decoding and kept epochs differ
     assert found is not None and found[0] == tmp_path / "a-seed0" and found[1].epoch == 10
@@ -78,6 +86,8 @@ def test_reuse_takes_a_finished_run_of_the_same_training_and_continues_one_cut_s
     assert flickr8k.finished_run(tmp_path, asked("train.seed=1")) is None
     assert flickr8k.finished_run(tmp_path, asked("train.seed=2")) is None  # no best.pt
     assert flickr8k.finished_run(tmp_path, asked("train.seed=3"))[0] == tmp_path / "d-seed3"
+    assert flickr8k.finished_run(tmp_path, asked("train.seed=5"))[0] == tmp_path / "f-seed5"
+    assert flickr8k.finished_run(tmp_path, asked("train.seed=5", "train.scst_samples=3")) is None  # not the default it trained with
     # The run cut short is continued in its own folder, never from another one.
     assert flickr8k.cut_short_run(tmp_path / "b-seed1", asked("train.seed=1")) == tmp_path / "b-seed1" / "last.pt"
     assert flickr8k.cut_short_run(tmp_path / "other-seed1", asked("train.seed=1")) is None

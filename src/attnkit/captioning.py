@@ -24,9 +24,9 @@ import torch
 from PIL import Image
 from torch import Tensor, nn
 
-from attnkit.checkpoint import Checkpoint, load_checkpoint
-from attnkit.config import ExperimentConfig, SearchConfig, from_dict
-from attnkit.data.batching import Batch, batch_gold, pad_sequences
+from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights
+from attnkit.config import ExperimentConfig, SearchConfig, from_dict, model_differences, to_dict
+from attnkit.data.batching import Batch, BucketBatchSampler, batch_gold, pad_sequences
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
 from attnkit.data.features import FeatureCache, encoder_identity
 from attnkit.data.images import ImageError, ImageSource, MosaicFile, image_tensor, load_image, load_image_source, mosaic_arrangements, grey_cells, open_rgb
@@ -39,6 +39,7 @@ from attnkit.metrics import caption_scores
 from attnkit.losses import Seq2SeqObjective
 from attnkit.model import MULTITASK, EncoderDecoder, build_captioning_model, describe_parameters, model_from_checkpoint
 from attnkit.search import search
+from attnkit.self_critical import SelfCriticalObjective, cider_d_reward
 from attnkit.supervision import CaptionGold, caption_gold, describe_gold, require_gold, scene_ground_truth
 from attnkit.distributed import autocast, resolve_device, resolve_precision
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
@@ -96,6 +97,15 @@ class CaptionDataset(torch.utils.data.Dataset):
     @property
     def lengths(self) -> list[tuple[int, int]]:
         return [(len(ids), 0) for ids in self.caption_ids]
+
+    def one_per_photo(self) -> "CaptionDataset":
+        """One example per photo, its first caption as the target (which self-critical training does not read: it
+        samples its own captions and scores them against all of the photo's references)."""
+        first: dict[int, int] = {}
+        for example, image in enumerate(self.image_ids):
+            first.setdefault(image, example)
+        kept = list(first.values())
+        return CaptionDataset([self.image_ids[e] for e in kept], [self.caption_ids[e] for e in kept], self.sources, self.paths, self.size, self.normalization)
 
 
 def describe_images(images: Sequence[ImageSource]) -> str:
@@ -401,12 +411,18 @@ def prepare_captioning(config: ExperimentConfig, resume: Checkpoint | None, cont
     root = image_root(folder)
     train_items = read_caption_split(folder, "train")
     valid_items = validation_subset(read_caption_split(folder, "valid"), config.train)
-    if resume is not None:
-        pipeline = CaptionPipeline.from_checkpoint(resume)
+    start = starting_checkpoint(config) if resume is None and config.train.init_from else None
+    if resume is not None or start is not None:
+        pipeline = CaptionPipeline.from_checkpoint(resume or start)
     else:
         pipeline = CaptionPipeline.build(config, [c for item in train_items for c in item.captions], config.data.target_lang or "en")
     config = replace(config, data=replace(config.data, target_lang=pipeline.language))
-    model = build_captioning_model(config, pipeline.vocab, load_weights=resume is None)
+    if start is not None:  # the start's backbone digest keys the feature cache, as a resumed run's does
+        saved = from_dict(ExperimentConfig, start.config).image_encoder
+        config = replace(config, image_encoder=replace(config.image_encoder, weights_sha256=saved.weights_sha256))
+    model = build_captioning_model(config, pipeline.vocab, load_weights=resume is None and start is None)
+    if start is not None:
+        load_weights(model, start)
     encoder = model.encoder_for("image")
     config = record_weights(config, encoder)
     dataset, collate, cache = caption_training_set(config, encoder, pipeline, train_items, root, context)
@@ -416,16 +432,47 @@ def prepare_captioning(config: ExperimentConfig, resume: Checkpoint | None, cont
         metrics = caption_validation(trained, pipeline, config, valid_items, root, valid_cache)
         return {**metrics, "score": metrics["cider_d"]}  # CIDEr-D: defined for short captions too
 
+    objective, batches = Seq2SeqObjective.from_config(config.train, pipeline.vocab.pad_index), None
+    self_critical = config.train.objective == "scst"
+    if self_critical:
+        dataset = dataset.one_per_photo()
+        objective = self_critical_objective(config, pipeline, train_items, dataset)
+        # Every photo weighs the same: batches drawn at random, not bucketed by the length of one of its captions.
+        batches = partial(BucketBatchSampler, [0] * len(dataset), shuffle=True, seed=config.train.seed)
     notes = [
-        f"captioning: {describe_images(dataset.paths)} for training, {len(dataset)} captions, {len(valid_items)} validation images; vocabulary {len(pipeline.vocab)}",
+        f"captioning: {describe_images(dataset.paths)} for training, {len(dataset)} {'photos' if self_critical else 'captions'}, "
+        f"{len(valid_items)} validation images; vocabulary {len(pipeline.vocab)}",
         *describe_gold(dataset.gold, "training captions"),
         describe_parameters(model),
+        *([f"self-critical training: {config.train.scst_samples} captions sampled per photo, baseline {config.train.scst_baseline}"] if self_critical else []),
+        *([f"starting from the weights of {config.train.init_from}"] if start is not None else []),
     ]
-    objective = Seq2SeqObjective.from_config(config.train, pipeline.vocab.pad_index)
     return TaskSetup(
         config, model, objective, dataset, collate, validate, pipeline.vocabularies, parameter_groups(model, encoder, config),
-        validation_examples=len(valid_items), notes=notes,
+        batches=batches, validation_examples=len(valid_items), notes=notes,
         draw_attention=caption_attention_drawer(pipeline, config, root / valid_items[0].image, valid_cache) if valid_items else None,
+    )  # fmt: skip
+
+
+def starting_checkpoint(config: ExperimentConfig) -> Checkpoint:
+    """``train.init_from``: a captioner of the same model keys, whose weights and vocabulary a new run starts from."""
+    start = load_checkpoint(config.train.init_from)
+    if start.task != TASK:
+        raise UserError(f"train.init_from: {config.train.init_from} is a {start.task} checkpoint; a captioner starts from a captioning checkpoint")
+    changed = model_differences(start.config, to_dict(config))
+    if changed:
+        raise UserError(f"train.init_from: the config changes the model of {config.train.init_from} (saved vs asked): {'; '.join(changed)}; keep the saved values")
+    return start
+
+
+def self_critical_objective(config: ExperimentConfig, pipeline: CaptionPipeline, items: Sequence[CaptionedImage], dataset: CaptionDataset) -> SelfCriticalObjective:
+    """SCST's objective: CIDEr-D against every reference of each training photo (all of them, as the metric reads
+    them, also those too long to train on); samples as long as the longest caption training reads, and its <eos>."""
+    references = [[pipeline.tokenizer.tokenize(caption) for caption in item.captions] for item in items]
+    train = config.train
+    return SelfCriticalObjective(
+        cider_d_reward(references), pipeline.vocab, dataset.image_ids, train.scst_samples, train.scst_baseline,
+        config.data.max_target_length + 1, train.attention_regularization,
     )  # fmt: skip
 
 

@@ -36,6 +36,8 @@ SUBWORD_TOKENIZER = "sentencepiece"
 TOKENIZERS = ("moses", "nltk", "space", SUBWORD_TOKENIZER)
 SUBWORD_ALGORITHMS = ("unigram", "bpe")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+OBJECTIVES = ("xe", "scst")  # train.objective: cross-entropy on the references | self-critical sequence training (attnkit.self_critical)
+SCST_BASELINES = ("mean", "greedy")
 MIN_IMAGE_SIZE = 32  # the ImageNet backbones reduce an image 32-fold: smaller ones give them no more than one cell
 
 # Keys that older attnkit versions wrote (into checkpoints and run folders) and that no longer exist,
@@ -288,6 +290,10 @@ class TrainConfig(_Checked):
     log_every: int = checked(50, at_least(1))  # progress-bar refresh of the running loss, in batches
     tensorboard: bool = False  # also write TensorBoard scalars and, at every validation, one fixed validation example's attention to <run>/tensorboard (pip install 'attnkit[tensorboard]')
     caption_share: float = checked(0.5, PROBABILITY)  # task multitask: share of the batches that are captioning batches (the rest translate)
+    init_from: str = ""  # task captioning: a captioner checkpoint whose weights (and vocabulary) this new run starts from, e.g. the cross-entropy run before SCST; same model keys
+    objective: str = checked("xe", one_of(*OBJECTIVES, what="objective"))  # xe: cross-entropy on the reference captions | scst: self-critical sequence training, CIDEr-D of sampled captions (task captioning; attnkit.self_critical)
+    scst_samples: int = checked(5, at_least(1))  # objective scst: captions sampled per photo each step
+    scst_baseline: str = checked("mean", one_of(*SCST_BASELINES, what="SCST baseline"))  # objective scst: a sample's reward is compared with the mean of the photo's other samples (Luo 2020) | the greedy caption's (Rennie et al. 2017)
 
 
 @dataclass(frozen=True)
@@ -342,6 +348,30 @@ class ExperimentConfig(_Checked):
             raise UserError("config key text_encoder.frozen_steps: it holds a pre-trained encoder still; set text_encoder.init_from too")
         if self.decoder.family == "transformer" and self.train.teacher_forcing < 1:
             raise UserError("config key train.teacher_forcing: scheduled sampling belongs to the rnn decoder family (a transformer decoder trains on the gold prefix in parallel)")
+        if self.train.init_from and self.task != "captioning":
+            raise UserError(f"config key train.init_from: a run started from another run's weights is built for task captioning (e.g. SCST after cross-entropy), not task {self.task}")
+        self._check_self_critical()
+
+    def _check_self_critical(self) -> None:
+        """``train.objective: scst`` rewards sampled captions with CIDEr-D against each photo's references: what it
+        cannot go with is refused here, before any data is read."""
+        train = self.train
+        if train.objective != "scst":
+            return
+        if self.task != "captioning":
+            raise UserError(f"config key train.objective: scst rewards captions with CIDEr-D against a photo's references (task captioning), not task {self.task}; use xe")
+        if train.scst_baseline == "mean" and train.scst_samples < 2:
+            raise UserError("config key train.scst_samples: the mean baseline compares each sample with the photo's other samples; sample at least 2, or use train.scst_baseline=greedy")
+        for key, value, why in (
+            ("train.label_smoothing", train.label_smoothing, "smooths the cross-entropy targets"),
+            ("train.attention_supervision", train.attention_supervision, "is a loss on the reference captions' words"),
+            ("train.importance_distillation", train.importance_distillation, "is a loss on the reference captions' words"),
+            ("data.mosaic_share", self.data.mosaic_share, "adds mosaics whose references are one quadrant's"),
+        ):
+            if value > 0:
+                raise UserError(f"config key {key}: it {why}, which train.objective=scst does not train on; set it to 0 for the SCST run")
+        if train.teacher_forcing < 1:
+            raise UserError("config key train.teacher_forcing: scheduled sampling mixes in the reference words, which train.objective=scst does not read; set it to 1")
 
     @property
     def run_dir(self) -> Path:

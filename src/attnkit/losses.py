@@ -15,7 +15,7 @@ target tokens, so lambda = 0 leaves the usual per-token cross-entropy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -34,7 +34,8 @@ class LossOutput:
     tokens: Tensor  # detached scalar: predicted target tokens in the batch
     per_example_sum: Tensor  # scalar: summed per-example attention supervision and importance distillation (weights included; 0 without)
     examples: Tensor  # detached scalar: examples in the batch
-    nll_sum: Tensor  # detached scalar: summed unsmoothed token negative log-likelihood, for perplexity
+    nll_sum: Tensor | None  # detached scalar: summed unsmoothed token negative log-likelihood of the references, for perplexity (None: no references read)
+    statistics: dict[str, Tensor] = field(default_factory=dict)  # detached scalars summed over the examples, logged per example as train_<name>
     # Statistics stay tensors so the trainer can add them up without a device sync every batch.
 
     def loss(self, tokens: Tensor | None = None, examples: Tensor | None = None) -> Tensor:

@@ -14,6 +14,7 @@ from attnkit.encoders.image import ImageEncoder
 from attnkit.encoders.text import build_text_encoder
 from attnkit.errors import UserError
 from attnkit.interfaces import Decoder, DecoderOutput, Encoder, EncoderOutput, Source
+from attnkit.search import Samples, Sampling, sample
 from attnkit.vocab import Vocabulary
 
 MULTITASK = "multitask"  # the task name of a joint model; it captions and translates
@@ -43,9 +44,16 @@ class EncoderDecoder(nn.Module):
     def encode(self, source: Source) -> EncoderOutput:
         return self.encoder_for(source.kind)(source)
 
-    def forward(self, batch: Batch, teacher_forcing: float = 1.0, need_attention: bool = True) -> DecoderOutput:
-        """Teacher-forced pass: logits for target[:, 1:] given target[:, :-1] (attention only when ``need_attention``)."""
-        return self.decoder(self.encode(batch.source), batch.target[:, :-1], teacher_forcing, need_attention)
+    def forward(self, batch: Batch, teacher_forcing: float = 1.0, need_attention: bool = True, sampling: Sampling | None = None) -> DecoderOutput | Samples:
+        """Teacher-forced pass: logits for target[:, 1:] given target[:, :-1] (attention only when ``need_attention``).
+
+        With ``sampling``: outputs drawn from the model's own distribution instead, with gradients (self-critical
+        training). It is a mode of ``forward`` because DistributedDataParallel synchronises the gradients of what
+        runs through its wrapper's forward only."""
+        encoded = self.encode(batch.source)
+        if sampling is not None:
+            return sample(self.decoder, encoded, sampling.bos, sampling.eos, sampling.pad, sampling.max_length, sampling.per_source, sampling.never)
+        return self.decoder(encoded, batch.target[:, :-1], teacher_forcing, need_attention)
 
 
 def _decoder_for(config: ExperimentConfig, encoder: Encoder, target_vocab: Vocabulary) -> Decoder:

@@ -302,10 +302,29 @@ class Samples:
     log_probs: Tensor  # (B*S, T) log p of each sampled word (0 past the end), with gradients when the decoder has them
     lengths: Tensor  # (B*S,) words per sample, <eos> included
     per_source: int
+    attention: Tensor  # (B*S, T, L) each step's attention (past the end: rows that no loss may read)
+    memory_mask: Tensor  # (B*S, L) the real memory positions of each sample's source
+
+    @property
+    def is_word(self) -> Tensor:
+        """(B*S, T) the steps that drew a word (its <eos> included)."""
+        return torch.arange(self.tokens.shape[1], device=self.tokens.device) < self.lengths.unsqueeze(1)
 
     def words(self, eos: int) -> list[list[int]]:
         """Each sample's word ids without <eos> and <pad> (on the host)."""
         return [row[: n - int(n > 0 and row[n - 1] == eos)] for row, n in zip(self.tokens.tolist(), self.lengths.tolist())]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What :func:`sample` needs beside the decoder and its memory: how a model's ``forward`` is asked to sample."""
+
+    bos: int
+    eos: int
+    pad: int
+    max_length: int
+    per_source: int = 1
+    never: tuple[int, ...] = ()
 
 
 def sample(
@@ -331,10 +350,11 @@ def sample(
     previous = torch.full((rows,), bos, dtype=torch.long, device=device)
     never_ids = _never_ids(sorted({*never, pad}), device)  # <pad> marks the end below: it is never drawn
     running = torch.ones(rows, dtype=torch.bool, device=device)
-    tokens, log_probs = [], []
+    tokens, log_probs, attention = [], [], []
     for t in range(int(limits.max())):
         out = decoder.step(previous, state)
         state = out.state
+        attention.append(out.attention)
         step_log_probs = torch.log_softmax(_without(out.logits, never_ids), -1)  # (B*S, V)
         drawn = torch.multinomial(step_log_probs.detach().exp(), 1, generator=generator).squeeze(1)  # (B*S,)
         drawn = torch.where(running, drawn, torch.full_like(drawn, pad))
@@ -347,7 +367,8 @@ def sample(
         previous = drawn
     tokens_bt = torch.stack(tokens, 1)  # (B*S, T)
     lengths = (tokens_bt != pad).sum(1)  # words up to and including <eos>
-    return Samples(tokens_bt, torch.stack(log_probs, 1), lengths, per_source)
+    memory_mask = encoded.mask.repeat_interleave(per_source, 0)  # (B*S, L)
+    return Samples(tokens_bt, torch.stack(log_probs, 1), lengths, per_source, torch.stack(attention, 1), memory_mask)
 
 
 def _never_ids(never: Sequence[int], device: torch.device) -> Tensor | None:

@@ -216,8 +216,9 @@ class Trainer:
         self.batches.set_epoch(epoch)
         world = self.distributed.world_size
         # Running sums stay on the device: reading them every batch would wait for the GPU each time.
-        loss_sum = nll_sum = tokens = torch.zeros((), dtype=torch.float64, device=self.device)
-        batches = 0
+        loss_sum = nll_sum = tokens = examples = torch.zeros((), dtype=torch.float64, device=self.device)
+        statistics: dict[str, Tensor] = {}  # the objective's own sums (e.g. SCST's reward), per example at the end
+        batches, perplexity = 0, True
         started = time.perf_counter()
         bar = tqdm(
             self.loader, desc=f"epoch {epoch}", leave=False, mininterval=1.0, disable=not (self.progress_bar and self.distributed.is_main)
@@ -226,19 +227,25 @@ class Trainer:
             loss, out = self.train_step(batch)
             batches += 1
             loss_sum = loss_sum + loss.detach() / world  # this rank's share of the global batch's mean loss
-            nll_sum = nll_sum + out.nll_sum
+            perplexity = perplexity and out.nll_sum is not None
+            nll_sum = nll_sum + (out.nll_sum if out.nll_sum is not None else 0.0)
             tokens = tokens + out.tokens
+            examples = examples + out.examples
+            for name, value in out.statistics.items():
+                statistics[name] = statistics.get(name, 0.0) + value.to(torch.float64)
             if batches % self.config.log_every == 0 and not bar.disable:
                 bar.set_postfix(loss=f"{loss_sum.item() * world / batches:.3f}")  # about the global mean (ranks' shares are alike)
         seconds = time.perf_counter() - started
         if batches == 0:
             raise UserError("the training set yields no batches (is it empty, or are all pairs longer than the length limits?)")
-        mean_loss, nll_sum, tokens = self.distributed.sum(torch.stack([loss_sum / batches, nll_sum, tokens])).tolist()  # over the ranks
-        return {
-            "train_loss": round(mean_loss, 4),
-            "train_ppl": round(math.exp(min(nll_sum / max(tokens, 1), 50.0)), 3),
-            "train_tokens_per_s": round(tokens / seconds, 1),  # every rank's tokens
-        }
+        totals = self.distributed.sum(torch.stack([loss_sum / batches, nll_sum, tokens, examples, *statistics.values()])).tolist()  # over the ranks
+        mean_loss, nll_sum, tokens, examples = totals[:4]
+        record = {"train_loss": round(mean_loss, 4)}
+        if perplexity:
+            record["train_ppl"] = round(math.exp(min(nll_sum / max(tokens, 1), 50.0)), 3)
+        record["train_tokens_per_s"] = round(tokens / seconds, 1)  # every rank's tokens
+        record.update({f"train_{name}": round(total / max(examples, 1), 3) for name, total in zip(statistics, totals[4:])})
+        return record
 
     def train_step(self, batch: Any) -> tuple[Tensor, Any]:
         """One optimizer step on ``batch`` (this rank's share of a global batch) -> the loss as the ranks' mean

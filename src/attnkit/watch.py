@@ -60,11 +60,15 @@ def scalars(record: dict[str, Any]) -> dict[str, float]:
     """One epoch's record (log.jsonl's line) as TensorBoard scalars: train/... and valid/... by name."""
     found = {
         "train/loss": record["train_loss"],
-        "train/perplexity": record["train_ppl"],
+        "train/perplexity": record.get("train_ppl"),  # absent when the objective reads no references (SCST)
         "train/tokens_per_s": record["train_tokens_per_s"],
         "train/learning_rate": record["lr"],
         "train/epoch_seconds": record.get("epoch_seconds"),
     }
+    reserved = {"train_loss", "train_ppl", "train_tokens_per_s"}
+    for name, value in record.items():  # the objective's own statistics (train_sample_cider_d, ...)
+        if name.startswith("train_") and name not in reserved:
+            found[f"train/{name.removeprefix('train_')}"] = value
     for name, value in record.get("valid", {}).items():
         found[f"valid/{name}"] = value
     return {tag: float(value) for tag, value in found.items() if isinstance(value, (int, float)) and not isinstance(value, bool)}
