@@ -189,7 +189,7 @@ def test_self_critical_training_on_two_ranks_keeps_the_ranks_in_step(caption_ima
     started = float(sum(p.detach().double().sum() for p in model_from_checkpoint(load_checkpoint(start)).parameters()))
     assert reports[0]["weights"] == reports[1]["weights"] and abs(reports[0]["weights"] - started) > 1e-6
     (record,) = [json.loads(line) for line in (tmp_path / "scst" / "log.jsonl").read_text().splitlines()]
-    assert record["step"] == 3 and "train_reward" in record  # 12 photos, 2 a rank: 3 steps of 4
+    assert record["step"] == 3 and "reward" in record["train_statistics"]  # 12 photos, 2 a rank: 3 steps of 4
 
 
 @pytest.fixture(scope="module")

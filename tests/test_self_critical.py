@@ -107,7 +107,7 @@ def test_an_scst_run_starts_from_a_cross_entropy_run_logs_its_reward_and_resumes
     printed = []
     train_captioning(load_config(None, [*scst, f"output_dir={tmp_path / 'whole'}", "train.epochs=2"]), progress_bar=False, log=printed.append)
     records = _log(tmp_path / "whole")
-    assert [r["epoch"] for r in records] == [1, 2] and all("train_reward" in r and "train_ppl" not in r for r in records)
+    assert [r["epoch"] for r in records] == [1, 2] and all("reward" in r["train_statistics"] and "train_ppl" not in r for r in records)
     assert any("self-critical training: 3 captions sampled per photo" in line for line in printed)
     assert any(f"starting from the weights of {start}" in line for line in printed)
     whole = load_checkpoint(tmp_path / "whole" / "last.pt")

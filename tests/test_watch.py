@@ -108,3 +108,8 @@ def test_scalars_take_every_number_of_an_epoch_s_record_and_nothing_else():
         "train/loss": 2.5, "train/perplexity": 12.2, "train/tokens_per_s": 900.0, "train/learning_rate": 0.001,
         "train/epoch_seconds": 4.0, "valid/bleu": 12.5, "valid/score": 12.5,
     }  # fmt: skip
+
+
+def test_an_objective_s_own_statistics_become_scalars_and_a_missing_perplexity_is_left_out():
+    record = {"epoch": 1, "step": 5, "train_loss": 1.2, "train_tokens_per_s": 800.0, "lr": 5e-05, "train_statistics": {"reward": 0.44}, "valid": {"cider_d": 49.7}}
+    assert scalars(record) == {"train/loss": 1.2, "train/tokens_per_s": 800.0, "train/learning_rate": 5e-05, "train/reward": 0.44, "valid/cider_d": 49.7}

@@ -46,8 +46,8 @@ def cider_d_reward(references: Sequence[Sequence[Sequence[str]]]) -> Reward:
 @dataclass(frozen=True)
 class SelfCriticalObjective:
     """``objective(model, batch) -> LossOutput`` for the trainer; ``batch.index`` are dataset examples, ``photo_of``
-    maps each to the photo the reward knows it by. Logged per sample: ``train_reward`` (and ``train_greedy_reward``
-    with the greedy baseline)."""
+    maps each to the photo the reward knows it by. Logged per sample (``train_statistics``): ``reward`` (and
+    ``greedy_reward`` with the greedy baseline)."""
 
     reward: Reward
     vocab: Vocabulary

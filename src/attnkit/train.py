@@ -244,7 +244,8 @@ class Trainer:
         if perplexity:
             record["train_ppl"] = round(math.exp(min(nll_sum / max(tokens, 1), 50.0)), 3)
         record["train_tokens_per_s"] = round(tokens / seconds, 1)  # every rank's tokens
-        record.update({f"train_{name}": round(total / max(examples, 1), 3) for name, total in zip(statistics, totals[4:])})
+        if statistics:  # the objective's own, per example (SCST: the sampled captions' mean reward)
+            record["train_statistics"] = {name: round(total / max(examples, 1), 4) for name, total in zip(statistics, totals[4:])}
         return record
 
     def train_step(self, batch: Any) -> tuple[Tensor, Any]:
@@ -331,7 +332,8 @@ class Trainer:
         folder.write_log(self.history)
         self.log(
             f"epoch {record['epoch']}: loss {record['train_loss']:.3f}, "
-            f"{record['train_tokens_per_s']:.0f} tok/s, valid "
+            + "".join(f"{name} {value}, " for name, value in record.get("train_statistics", {}).items())
+            + f"{record['train_tokens_per_s']:.0f} tok/s, valid "
             + ", ".join(f"{k} {v}" for k, v in metrics.items() if isinstance(v, (int, float)))
             + (" (best)" if kept else "")
             + (f"; stopping ({progress.stop_reason})" if progress.stop_reason else "")

@@ -65,10 +65,8 @@ def scalars(record: dict[str, Any]) -> dict[str, float]:
         "train/learning_rate": record["lr"],
         "train/epoch_seconds": record.get("epoch_seconds"),
     }
-    reserved = {"train_loss", "train_ppl", "train_tokens_per_s"}
-    for name, value in record.items():  # the objective's own statistics (train_sample_cider_d, ...)
-        if name.startswith("train_") and name not in reserved:
-            found[f"train/{name.removeprefix('train_')}"] = value
+    for name, value in record.get("train_statistics", {}).items():  # the objective's own (SCST: reward)
+        found[f"train/{name}"] = value
     for name, value in record.get("valid", {}).items():
         found[f"valid/{name}"] = value
     return {tag: float(value) for tag, value in found.items() if isinstance(value, (int, float)) and not isinstance(value, bool)}
