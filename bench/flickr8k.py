@@ -258,26 +258,34 @@ def main(argv: list[str] | None = None) -> int:
         captioner.search = run["config"].search  # the decoding asked for now (a reused run saved the settings of its day)
         return captioner
 
-    def validate(run: dict) -> dict:
-        """The best checkpoint on the validation photos at the widest beam: what --choose ranks by, as the target is measured."""
-        if "valid_widest" not in run:
-            scores = captioner_of(run).evaluate(valid, image_root(data), beam_size=max(beams), batch_size=64, meteor=False, log=lambda _: None)
-            run["valid_widest"] = {"bleu4_nltk": scores["bleu4_nltk"], "cider_d": scores["cider_d"], "beam": max(beams)}
-        return run["valid_widest"]
+    def on_validation(captioner: Captioner) -> dict:
+        """The validation photos at the widest beam: what --choose ranks by, as the target is measured."""
+        scores = captioner.evaluate(valid, image_root(data), beam_size=max(beams), batch_size=64, meteor=False, log=lambda _: None)
+        return {"bleu4_nltk": scores["bleu4_nltk"], "cider_d": scores["cider_d"], "beam": max(beams)}
 
-    def evaluate(name: str, run: dict) -> dict:
-        config, progress, folder = run["config"], run["progress"], run["folder"]
-        captioner = captioner_of(run)
+    def on_test(captioner: Captioner) -> dict:
+        """The test photos at each beam, with the seconds each decoding took."""
         scores = {}
         for beam in beams:
             began = time.perf_counter()
             scores[f"beam{beam}"] = captioner.evaluate(test, image_root(data), beam_size=beam, batch_size=64)
             scores[f"beam{beam}"]["decode_seconds"] = round(time.perf_counter() - began, 1)
-        print(
-            f"{name} (seed {run['seed']}): "
-            + "; ".join(f"beam {beam} BLEU-4 {scores[f'beam{beam}']['bleu4_nltk']} (NLTK), CIDEr-D {scores[f'beam{beam}']['cider_d']}" for beam in beams)
-            + f"; {progress.epoch} epochs in {progress.seconds / 60:.1f} min"
-        )
+        return scores
+
+    def described(scores: dict) -> str:
+        return "; ".join(f"beam {beam} BLEU-4 {scores[f'beam{beam}']['bleu4_nltk']} (NLTK), CIDEr-D {scores[f'beam{beam}']['cider_d']}" for beam in beams)
+
+    def validate(run: dict) -> dict:
+        """The run's best checkpoint :func:`on_validation` (once per run)."""
+        if "valid_widest" not in run:
+            run["valid_widest"] = on_validation(captioner_of(run))
+        return run["valid_widest"]
+
+    def evaluate(name: str, run: dict) -> dict:
+        progress, folder = run["progress"], run["folder"]
+        captioner = captioner_of(run)
+        scores = on_test(captioner)
+        print(f"{name} (seed {run['seed']}): {described(scores)}; {progress.epoch} epochs in {progress.seconds / 60:.1f} min")
         return {
             **scores,
             "seed": run["seed"],
@@ -342,14 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     ensemble = None
     if args.ensemble:  # every seed's best.pt of the recipe's last stage, one captioner
         members = [Path(run["run_dir"]) / "best.pt" for run in runs[recipe]]
-        together = Captioner.from_checkpoints(members, cache_dir=load_config(args.config, args.overrides).data.feature_cache or None)
-        together.search = trained[tuple(option)][0]["config"].search
-        ensemble = {"members": [str(member) for member in members]}
-        for beam in beams:
-            ensemble[f"beam{beam}"] = {key: value for key, value in together.evaluate(test, image_root(data), beam_size=beam, batch_size=64).items() if key != "beam_size"}
-        scored = together.evaluate(valid, image_root(data), beam_size=max(beams), batch_size=64, meteor=False, log=lambda _: None)
-        ensemble[f"valid_{widest}"] = {"bleu4_nltk": scored["bleu4_nltk"], "cider_d": scored["cider_d"]}
-        print(f"ensemble of {len(members)} ({recipe}, reported apart): " + "; ".join(f"beam {beam} BLEU-4 {ensemble[f'beam{beam}']['bleu4_nltk']} (NLTK), CIDEr-D {ensemble[f'beam{beam}']['cider_d']}" for beam in beams))
+        config = trained[tuple(option)][0]["config"]
+        together = Captioner.from_checkpoints(members, cache_dir=config.data.feature_cache or None)
+        together.search = config.search
+        ensemble = {"members": [str(member) for member in members], **on_test(together), f"valid_{widest}": on_validation(together)}
+        print(f"ensemble of {len(members)} ({recipe}, reported apart): {described(ensemble)}")
     attention = results[recipe]["summary"][widest]
     margin = met = None
     if "no_attention" in results:
