@@ -5,6 +5,7 @@ Run from the project root::
     python bench/real_attention.py                  # full: trains tasks/configs/flickr8k_multi30k_transformer.yaml, then the study
     python bench/real_attention.py --evaluate-only  # the study again on the joint model an earlier run left in --out
     python bench/real_attention.py --quick          # a tiny model on a slice of the data, 6 study photos (a smoke check)
+    python bench/real_attention.py --scst-epochs 5  # the joint model, then five epochs of self-critical training; that is studied
     python bench/real_attention.py --evaluate-only --captioner runs/bench-flickr8k/attention/best.pt \\
         --translator runs/bench-multi30k/best.pt    # also study (and score) two single-task models
 
@@ -15,7 +16,11 @@ Run from the project root::
 2. Study photos: the Flickr8k *test* photos that Multi30k also describes (458 in the shared data),
    each with its Multi30k German sentence and English sentence.
 3. Trains the joint model (one decoder, target embeddings and output layer for the EfficientNet-Lite0
-   captioner and the German -> English translator), unless ``--evaluate-only``.
+   captioner and the German -> English translator), unless ``--evaluate-only``. With ``--scst-epochs N``
+   it then trains N epochs of self-critical training from the joint model's best.pt into ``joint-scst``
+   (its caption batches self-critical, its translation batches still cross-entropy; the captioning
+   bench's SCST settings, :data:`JOINT_SCST`, and ``--scst-set`` on top), and that stage is what the
+   rest scores and studies.
 4. Quality on the usual tests at beam 5: Flickr8k test BLEU-4 / CIDEr-D (all 5 references; the
    captioning recipe's search settings) and Multi30k test_2016_flickr BLEU (the translation
    recipe's); the same for ``--captioner`` / ``--translator`` when given.
@@ -86,6 +91,7 @@ from attnkit.report import write_comparison
 from attnkit.train import TrainingProgress
 from attnkit.translation import Translator
 from attnkit.viz import plot_distributions
+from flickr8k import SCST
 from machine import busy_cores, print_result, project_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,6 +99,11 @@ sys.path.insert(0, str(ROOT))
 from data_scripts import prepare_flickr8k, prepare_multi30k  # noqa: E402  (the project root is not on sys.path for bench/ scripts)
 
 FLICKR8K_TEST_LIST = Path("flickr8k") / "Flickr_8k.testImages.txt"
+# The joint model's SCST stage: the captioner's settings (bench/flickr8k.py; its batches of 32 then hold 32 sentences
+# too), with a short warm-up of its own in place of the joint recipe's 1,000 steps, which would hold the rate low for a fifth of
+# a five-epoch stage. Not chosen on validation. An epoch is both tasks' batches (caption_share of them caption, one
+# photo an example), so each photo comes round about twice an epoch, where the captioner's SCST sees it once.
+JOINT_SCST = [*SCST, "train.warmup_steps=100"]
 QUICK = {"train": 24, "valid": 6, "pairs": 300, "photos": 6}
 QUICK_MODEL = [  # a tiny model: the steps run end to end in seconds
     "text_encoder.embedding_size=16", "text_encoder.hidden_size=16", "image_encoder.memory_size=32",
@@ -262,6 +273,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--beam", type=positive_int, default=5, help="beam of the quality scores")
     parser.add_argument("--figure", default="", help="also copy the example's comparison.png here (the README's figure)")
     parser.add_argument("--quick", action="store_true", help=f"a tiny model on {QUICK['train']} photos and {QUICK['pairs']} pairs, {QUICK['photos']} study photos")
+    parser.add_argument("--scst-epochs", type=non_negative_int, default=0, metavar="N", help="then N epochs of self-critical training from the joint model's best.pt, into joint-scst (0: none)")
+    parser.add_argument("--scst-set", dest="scst_overrides", action="append", default=[], metavar="KEY=VALUE", help="config override of the SCST stage only (after JOINT_SCST)")
     add_importance_arguments(parser)
     parser.add_argument("--no-progress", action="store_true")
     return parser
@@ -272,6 +285,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings_from_arguments(args)  # a bad estimator setting: one message before any work
     if bool(args.captioner) != bool(args.translator):
         raise UserError("give both --captioner and --translator (the single-task pair), or neither")
+    if args.scst_overrides and not args.scst_epochs:
+        raise UserError("--scst-set configures the SCST stage, which --scst-epochs N (N >= 1) runs; 0 (the default) runs none")
+    scst_stage = [*JOINT_SCST, f"train.epochs={args.scst_epochs}", *args.scst_overrides] if args.scst_epochs else []
+    if scst_stage:  # the stage's keys and values, checked before any work (its start is known later)
+        load_config(args.config, [*args.overrides, *scst_stage, "train.init_from=best.pt"])
     mode = "quick" if args.quick else "full"
     busy_before = busy_cores()
     data_root = Path(args.data) if args.data else default_data_root(ROOT)
@@ -286,9 +304,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     example = study_photo(data_root, every_photo, args.photo) if args.photo else photos[0]
     out = Path(args.out or ROOT / "runs" / f"bench-real-attention{'-quick' if args.quick else ''}")
-    checkpoint = out / "joint" / "best.pt"
+    stage = out / ("joint-scst" if scst_stage else "joint")  # the run folder of the model scored and studied
+    checkpoint = stage / "best.pt"
     if args.evaluate_only and not checkpoint.is_file():
-        raise UserError(f"--evaluate-only: no joint model in {out / 'joint'} (train first, or give its --out)")
+        raise UserError(f"--evaluate-only: no joint model in {stage} (train first, or give its --out)")
     print(f"study photos: {len(photos)} Flickr8k test photos with Multi30k sentences")
 
     with tempfile.TemporaryDirectory(prefix="attnkit-real-") as scratch:
@@ -305,6 +324,15 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"training the joint model into {out / 'joint'} (a previous run there is replaced)")
             progress = train_multitask(config, overwrite=True, progress_bar=not args.no_progress)
+        training = {"train_minutes": round(progress.seconds / 60, 2), "epochs": progress.epoch, "stop_reason": progress.stop_reason or "all epochs"}
+        if scst_stage:
+            scst_config = load_config(args.config, [*overrides, *args.overrides, *scst_stage, f"output_dir={stage}", f"train.init_from={out / 'joint' / 'best.pt'}"])
+            if args.evaluate_only:
+                scst_progress = TrainingProgress(**load_checkpoint(stage / "last.pt").training["progress"])
+            else:
+                print(f"self-critical training of the joint model into {stage} (a previous run there is replaced)")
+                scst_progress = train_multitask(scst_config, overwrite=True, progress_bar=not args.no_progress)
+            training["scst"] = {"train_minutes": round(scst_progress.seconds / 60, 2), "epochs": scst_progress.epoch, "stop_reason": scst_progress.stop_reason or "all epochs"}
         cache = config.data.feature_cache or None
         setups = {"joint": (Captioner.from_checkpoint(checkpoint, cache_dir=cache), Translator.from_checkpoint(checkpoint))}
         if args.captioner:
@@ -342,11 +370,12 @@ def main(argv: list[str] | None = None) -> int:
         "study_photos": len(photos),
         "example_photo": example.image,
         "results": results,
-        "training": {"train_minutes": round(progress.seconds / 60, 2), "epochs": progress.epoch, "stop_reason": progress.stop_reason or "all epochs"},
+        "training": training,
         "outputs": {"study": str(out / "study.json"), "erasure_figure": str(erasure_figure), "example": str(out / "example")},
         "importance": {**dataclasses.asdict(settings), "chosen": CHOSEN},
         "config": project_path(args.config),
         "overrides": args.overrides,
+        "scst_overrides": scst_stage,
         "evaluate_only": args.evaluate_only,
         "run_dir": str(out),
     }

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from attnkit.config import TrainConfig
-from attnkit.optim import LearningRateSchedule
+from attnkit.optim import LearningRateSchedule, WeightAverage
 
 
 def _schedule(**settings):
@@ -50,3 +50,44 @@ def test_a_frozen_group_has_no_rate_until_it_thaws_then_the_share_the_plateaus_l
             schedule.after_validation(1.0, step)
             schedule.after_validation(0.5, step)
     assert rates == pytest.approx([0.0, 0.1, 0.0, 0.1, 0.0, 0.05, 0.05, 0.05, 0.05, 0.05])
+
+
+def test_the_weight_average_follows_the_steps_with_a_warm_up_and_copies_counters():
+    model = torch.nn.BatchNorm1d(2)  # a weight, running statistics (floating buffers) and a counter
+    average = WeightAverage(model, decay=0.99)
+    start = model.weight.detach().clone()  # ones
+    with torch.no_grad():
+        model.weight.fill_(3.0)
+        model.num_batches_tracked.fill_(7)
+    average.update(model, step=0)  # decay min(0.99, 1/10): 90 % of the new weights
+    torch.testing.assert_close(average.average["weight"], start + 0.9 * (3.0 - start))
+    assert average.average["num_batches_tracked"].item() == 7
+    average.update(model, step=10_000)  # past the warm-up: the configured decay
+    torch.testing.assert_close(average.average["weight"], torch.full((2,), 2.8 + 0.01 * 0.2))
+
+
+def test_the_model_holds_the_average_inside_the_swap_only():
+    model = torch.nn.Linear(2, 1)
+    average = WeightAverage(model, decay=0.5)
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    trained = model.weight.detach().clone()
+    average.update(model, step=100)
+    with average.swapped_in(model) as weights:
+        torch.testing.assert_close(model.weight, average.average["weight"])
+        torch.testing.assert_close(weights["weight"], trained)
+    torch.testing.assert_close(model.weight.detach(), trained)
+    assert not torch.equal(average.average["weight"], trained)
+
+
+def test_the_trained_weights_come_back_when_validation_fails_inside_the_swap():
+    model = torch.nn.Linear(2, 1)
+    average = WeightAverage(model, decay=0.5)
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    trained = model.weight.detach().clone()
+    average.update(model, step=100)
+    with pytest.raises(RuntimeError, match="validation failed"):
+        with average.swapped_in(model):
+            raise RuntimeError("validation failed")
+    torch.testing.assert_close(model.weight.detach(), trained)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from attnkit.checkpoint import load_checkpoint
 from attnkit.errors import UserError, run_cli
 from conftest import needs_shared, shared_data_root
 
@@ -45,9 +46,12 @@ def test_word_groups():
 def test_the_joint_recipe_trains_on_a_slice_and_the_study_runs_end_to_end(real_attention, tmp_path, capsys):
     out = tmp_path / "study"
     figure = tmp_path / "docs" / "figure.png"
-    assert real_attention.main(["--quick", "--no-progress", "--out", str(out), "--figure", str(figure)]) == 0
+    assert real_attention.main(["--quick", "--no-progress", "--out", str(out), "--figure", str(figure), "--scst-epochs", "1"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["mode"] == "quick" and result["training"]["epochs"] == 2
+    assert result["training"]["scst"]["epochs"] == 1 and "train.objective=scst" in result["scst_overrides"]
+    studied = load_checkpoint(out / "joint-scst" / "best.pt")  # the self-critical stage is what was scored and studied
+    assert studied.config["train"]["init_from"] == str(out / "joint" / "best.pt") and studied.task == "multitask"
     joint = result["results"]["joint"]
     assert joint["quality"]["caption"]["images"] == 6 and joint["quality"]["translation"]["sentences"] > 0
     study = joint["study"]
@@ -81,6 +85,8 @@ def test_the_joint_recipe_trains_on_a_slice_and_the_study_runs_end_to_end(real_a
         (["--evaluate-only"], "no joint model"),
         (["--photos", "3"], "the mosaics need at least 4"),
         (["--hide-at", "image=pixels"], "unknown place to hide a position 'pixels'"),
+        (["--scst-set", "train.lr=0.001"], "--scst-set configures the SCST stage, which --scst-epochs N"),
+        (["--scst-epochs", "1", "--scst-set", "train.scst_samples=0"], "train.scst_samples"),
     ],
 )
 def test_bad_input_is_one_clear_message(real_attention, tmp_path, capsys, argv, message):

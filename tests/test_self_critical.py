@@ -128,20 +128,45 @@ def test_an_scst_run_starts_from_a_cross_entropy_run_logs_its_reward_and_resumes
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["task=translation", "train.objective=scst"], "scst rewards captions with CIDEr-D against a photo's references (task captioning), not task translation"),
-        (["task=multitask", "train.objective=scst"], "not task multitask"),
+        (["task=translation", "train.objective=scst"], "scst rewards captions with CIDEr-D against a photo's references (task captioning or multitask), not task translation"),
+        (["task=pretrain", "train.objective=scst"], "not task pretrain"),
         (["task=captioning", "train.objective=scst", "train.scst_samples=1"], "sample at least 2, or use train.scst_baseline=greedy"),
         (["task=captioning", "train.objective=scst", "train.label_smoothing=0.1"], "train.label_smoothing: it smooths the cross-entropy targets"),
+        (["task=multitask", "train.objective=scst", "data.mosaic_share=0.2"], "data.mosaic_share"),
+        (["task=multitask", "train.objective=scst", "train.caption_share=0"], "train.caption_share: 0 leaves the joint model no caption batch"),
         (["task=captioning", "train.objective=scst", "train.teacher_forcing=0.9"], "train.teacher_forcing"),
         (["task=captioning", "train.objective=scst", "data.mosaic_share=0.2"], "data.mosaic_share"),
         (["task=captioning", "train.objective=reinforce"], "unknown objective 'reinforce'; choose one of xe, scst"),
-        (["task=translation", "train.init_from=runs/x/best.pt"], "train.init_from: a run started from another run's weights is built for task captioning"),
+        (["task=translation", "train.init_from=runs/x/best.pt"], "train.init_from: a run started from another run's weights is built for SCST after cross-entropy (task captioning or multitask)"),
     ],
 )
 def test_what_self_critical_training_cannot_train_is_refused_with_one_message(overrides, message):
     with pytest.raises(UserError, match=None) as raised:
         load_config(None, overrides)
     assert message in str(raised.value)
+
+
+@pytest.mark.slow
+def test_a_joint_model_s_caption_batches_train_self_critically_and_its_translations_keep_cross_entropy(tmp_path):
+    """task multitask: SCST from a joint cross-entropy run; the caption side is one example per photo, the reward is the
+    mean over the sampled captions alone (the translation batches give none), label smoothing stays the translations'."""
+    from attnkit.data.scenes import write_scene_dataset
+    from attnkit.multitask import train_multitask
+    from test_multitask import tiny_joint_config
+
+    scenes = write_scene_dataset(tmp_path / "scenes", {"train": 24, "valid": 4, "test": 4, "compositional": 4}, seed=0, size=64)
+    train_multitask(tiny_joint_config(scenes, tmp_path / "xe", "train.epochs=1"), progress_bar=False, log=lambda _: None)
+    start = tmp_path / "xe" / "best.pt"
+    printed = []
+    scst = ["train.epochs=1", f"train.init_from={start}", "train.objective=scst", "train.scst_samples=3", "train.label_smoothing=0.1"]
+    train_multitask(tiny_joint_config(scenes, tmp_path / "scst", *scst), progress_bar=False, log=printed.append)
+    assert any("multitask: 24 photos of" in line for line in printed)
+    assert any("self-critical training of the caption batches: 3 captions sampled per photo" in line for line in printed)
+    assert any(f"starting from the weights of {start}" in line for line in printed)
+    (record,) = _log(tmp_path / "scst")
+    # CIDEr-D's scale (at most 10) over the samples alone; the perplexity is the translation batches'
+    assert 0.0 <= record["train_statistics"]["reward"] <= 10.0 and record["train_ppl"] > 1.0
+    assert load_checkpoint(tmp_path / "scst" / "last.pt").vocabularies == load_checkpoint(start).vocabularies
 
 
 def test_a_start_from_another_model_or_task_is_refused_before_training(scenes, tmp_path):
@@ -155,6 +180,6 @@ def test_a_start_from_another_model_or_task_is_refused_before_training(scenes, t
     translation = tmp_path / "translation.pt"
     saved = load_checkpoint(start)
     save_checkpoint(translation, Checkpoint("translation", saved.config, {**saved.vocabularies, "source": saved.vocabularies["target"]}, saved.model, {}))
-    with pytest.raises(UserError, match="is a translation checkpoint; a captioner starts from a captioning checkpoint"):
+    with pytest.raises(UserError, match="is a translation checkpoint; a captioning run starts from a captioning checkpoint"):
         train_captioning(load_config(None, [*common, f"output_dir={tmp_path / 't'}", f"train.init_from={translation}"]), progress_bar=False, log=lambda _: None)
     assert not (tmp_path / "other").exists() and not (tmp_path / "t" / "last.pt").exists()

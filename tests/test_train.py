@@ -1,6 +1,7 @@
 """The trainer and the translation recipe on the toy reversal task."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -57,6 +58,58 @@ def test_resume_continues_exactly_where_the_run_stopped(toy_data, tmp_path):
     assert [r["epoch"] for r in log] == [1, 2, 3]
     assert {"train_loss", "train_ppl", "train_tokens_per_s", "lr", "valid", "best", "epoch_seconds"} <= set(log[-1])
     assert b.training["progress"]["epoch"] == 3
+
+
+def test_a_weight_average_validates_and_saves_the_average_and_leaves_training_alone(toy_data, tmp_path):
+    """train.ema_decay: the steps are those of a run without it (the trained weights match), validation scored
+    the average that best.pt and last.pt hold, and a resumed run goes on exactly (average and weights)."""
+    quiet = dict(progress_bar=False, log=lambda _: None)
+    settings = ["train.epochs=2", "train.valid_max_examples=16"]
+    train_translation(toy_config(toy_data, tmp_path / "plain", *settings), **quiet)
+    train_translation(toy_config(toy_data, tmp_path / "averaged", *settings, "train.ema_decay=0.9"), **quiet)
+    interrupted = toy_config(toy_data, tmp_path / "resumed", "train.epochs=1", "train.valid_max_examples=16", "train.ema_decay=0.9")
+    train_translation(interrupted, **quiet)
+    last = load_checkpoint(tmp_path / "resumed" / "last.pt")
+    train_translation(from_dict(ExperimentConfig, apply_overrides(last.config, ["train.epochs=2"])), resume=last, **quiet)
+
+    plain = load_checkpoint(tmp_path / "plain" / "last.pt")
+    averaged = load_checkpoint(tmp_path / "averaged" / "last.pt")
+    resumed = load_checkpoint(tmp_path / "resumed" / "last.pt")
+    trained = averaged.training["trained_weights"]
+    for name in plain.model:
+        torch.testing.assert_close(trained[name], plain.model[name], msg=name)
+        torch.testing.assert_close(resumed.training["trained_weights"][name], trained[name], msg=name)
+        torch.testing.assert_close(resumed.model[name], averaged.model[name], msg=name)
+    assert any(not torch.equal(averaged.model[name], trained[name]) for name in trained if trained[name].is_floating_point())
+
+    log = [json.loads(line) for line in (tmp_path / "averaged" / "log.jsonl").read_text().splitlines()]
+    valid_pairs = read_parallel(toy_data, "valid", "src", "tgt")[:16]
+    rescored = Translator.from_checkpoint(tmp_path / "averaged" / "last.pt", device="cpu").evaluate(valid_pairs, beam_size=1)
+    assert rescored["bleu"] == log[-1]["valid"]["bleu"]
+
+
+def test_validation_and_the_plateaus_see_the_average_and_a_resume_may_turn_it_on_or_off(toy_data, tmp_path):
+    """Validation scores the weights the model holds when it runs: with a weight average, the average (here its
+    fingerprint, the sum of the output layer's weights), which the schedule and early stopping then follow."""
+    pairs = read_parallel(toy_data, "train", "src", "tgt")[:64]
+    config = toy_config(toy_data, tmp_path / "a", "train.epochs=2", "train.ema_decay=0.9", "train.batch_size=16")
+    trainer = toy_trainer(config, pairs, tmp_path / "a", score=0.0)
+    fingerprint = lambda weights: sum(t.double().sum().item() for name, t in weights.items() if name.endswith("output.weight"))  # noqa: E731
+    seen = []
+    trainer.evaluate = lambda model: seen.append(fingerprint(model.state_dict())) or {"score": seen[-1]}
+    trainer.fit()
+    last = load_checkpoint(tmp_path / "a" / "last.pt")
+    assert seen[-1] == pytest.approx(fingerprint(last.model)) and seen[-1] != pytest.approx(fingerprint(last.training["trained_weights"]))
+    assert fingerprint(trainer.model.state_dict()) == pytest.approx(fingerprint(last.training["trained_weights"]))  # trained weights back
+
+    plain = toy_trainer(toy_config(toy_data, tmp_path / "b", "train.epochs=3", "train.batch_size=16"), pairs, tmp_path / "b", score=0.0)
+    plain.restore(last)  # the average off: training goes on from the trained weights
+    torch.testing.assert_close(plain.model.state_dict(), last.training["trained_weights"])
+    averaged = toy_trainer(toy_config(toy_data, tmp_path / "c", "train.epochs=3", "train.batch_size=16", "train.ema_decay=0.9"), pairs, tmp_path / "c", score=0.0)
+    without_average = replace(last, model=last.training["trained_weights"], training={k: v for k, v in last.training.items() if k != "trained_weights"})
+    averaged.restore(without_average)  # as a run without an average saves it; the average on: it starts from the weights
+    torch.testing.assert_close(averaged.weight_average.average, averaged.model.state_dict())
+    torch.testing.assert_close(averaged.model.state_dict(), last.training["trained_weights"])
 
 
 def test_resume_refuses_a_changed_architecture_and_touches_nothing(toy_data, tmp_path, capsys):
@@ -117,6 +170,26 @@ def test_a_tied_validation_score_keeps_the_later_checkpoint_but_counts_towards_e
     assert [r["best"] for r in log] == [True, True, True]  # every epoch ties the first
     assert progress.stop_reason == "early stopping"  # ... but no tie is an improvement
     assert load_checkpoint(tmp_path / "best.pt").training["progress"]["epoch"] == 3
+
+
+def test_an_objective_s_statistics_are_the_mean_over_the_batches_that_give_them(toy_data, tmp_path):
+    """A joint model's translation batches give no SCST reward: they must not dilute the reward's mean."""
+    from attnkit.losses import Seq2SeqObjective
+
+    calls = []
+
+    def every_other_batch(model, batch):
+        out = Seq2SeqObjective()(model, batch)
+        calls.append(len(batch.index))
+        if len(calls) % 2:  # "1 per example" of every other batch only
+            out = replace(out, statistics={"marker": out.examples.to(torch.float64)})
+        return out
+
+    config = toy_config(toy_data, tmp_path, "train.epochs=1", "train.batch_size=8")
+    trainer = toy_trainer(config, read_parallel(toy_data, "train", "src", "tgt")[:64], tmp_path, score=1.0)
+    trainer.objective = every_other_batch
+    record = trainer.train_epoch(1)
+    assert len(calls) >= 2 and record["train_statistics"] == {"marker": 1.0}
 
 
 def test_bf16_autocast_trains_on_cpu(toy_data, tmp_path):

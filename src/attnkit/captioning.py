@@ -411,15 +411,12 @@ def prepare_captioning(config: ExperimentConfig, resume: Checkpoint | None, cont
     root = image_root(folder)
     train_items = read_caption_split(folder, "train")
     valid_items = validation_subset(read_caption_split(folder, "valid"), config.train)
-    start = starting_checkpoint(config) if resume is None and config.train.init_from else None
+    start, config = starting_checkpoint(config, resume, TASK)
     if resume is not None or start is not None:
         pipeline = CaptionPipeline.from_checkpoint(resume or start)
     else:
         pipeline = CaptionPipeline.build(config, [c for item in train_items for c in item.captions], config.data.target_lang or "en")
     config = replace(config, data=replace(config.data, target_lang=pipeline.language))
-    if start is not None:  # the start's backbone digest keys the feature cache, as a resumed run's does
-        saved = from_dict(ExperimentConfig, start.config).image_encoder
-        config = replace(config, image_encoder=replace(config.image_encoder, weights_sha256=saved.weights_sha256))
     model = build_captioning_model(config, pipeline.vocab, load_weights=resume is None and start is None)
     if start is not None:
         load_weights(model, start)
@@ -435,10 +432,8 @@ def prepare_captioning(config: ExperimentConfig, resume: Checkpoint | None, cont
     objective, batches = Seq2SeqObjective.from_config(config.train, pipeline.vocab.pad_index), None
     self_critical = config.train.objective == "scst"
     if self_critical:
-        dataset = dataset.one_per_photo()
-        objective = self_critical_objective(config, pipeline, train_items, dataset)
-        # Every photo weighs the same: batches drawn at random, not bucketed by the length of one of its captions.
-        batches = partial(BucketBatchSampler, [0] * len(dataset), shuffle=True, seed=config.train.seed)
+        dataset, objective, sort_keys = self_critical_training(config, pipeline, train_items, dataset)
+        batches = partial(BucketBatchSampler, sort_keys, shuffle=True, seed=config.train.seed)
     notes = [
         f"captioning: {describe_images(dataset.paths)} for training, {len(dataset)} {'photos' if self_critical else 'captions'}, "
         f"{len(valid_items)} validation images; vocabulary {len(pipeline.vocab)}",
@@ -454,15 +449,29 @@ def prepare_captioning(config: ExperimentConfig, resume: Checkpoint | None, cont
     )  # fmt: skip
 
 
-def starting_checkpoint(config: ExperimentConfig) -> Checkpoint:
-    """``train.init_from``: a captioner of the same model keys, whose weights and vocabulary a new run starts from."""
+def starting_checkpoint(config: ExperimentConfig, resume: Checkpoint | None, task: str) -> tuple[Checkpoint | None, ExperimentConfig]:
+    """``train.init_from`` of a new ``task`` run (a resumed one has its weights): the checkpoint of that task and model keys
+    whose weights and vocabularies the run starts from, and the config keyed to its backbone's digest (which keys the
+    feature cache, as a resumed run's does). ``(None, config)`` when there is none."""
+    if resume is not None or not config.train.init_from:
+        return None, config
     start = load_checkpoint(config.train.init_from)
-    if start.task != TASK:
-        raise UserError(f"train.init_from: {config.train.init_from} is a {start.task} checkpoint; a captioner starts from a captioning checkpoint")
+    if start.task != task:
+        raise UserError(f"train.init_from: {config.train.init_from} is a {start.task} checkpoint; a {task} run starts from a {task} checkpoint")
     changed = model_differences(start.config, to_dict(config))
     if changed:
         raise UserError(f"train.init_from: the config changes the model of {config.train.init_from} (saved vs asked): {'; '.join(changed)}; keep the saved values")
-    return start
+    saved = from_dict(ExperimentConfig, start.config).image_encoder
+    return start, replace(config, image_encoder=replace(config.image_encoder, weights_sha256=saved.weights_sha256))
+
+
+def self_critical_training(
+    config: ExperimentConfig, pipeline: CaptionPipeline, items: Sequence[CaptionedImage], dataset: CaptionDataset
+) -> tuple[CaptionDataset, SelfCriticalObjective, list[int]]:
+    """SCST's side of a captioning training set: one example per photo, its objective, and the batches' sort keys
+    (all alike: batches drawn at random, so every photo weighs the same, not bucketed by one of its captions' length)."""
+    photos = dataset.one_per_photo()
+    return photos, self_critical_objective(config, pipeline, items, photos), [0] * len(photos)
 
 
 def self_critical_objective(config: ExperimentConfig, pipeline: CaptionPipeline, items: Sequence[CaptionedImage], dataset: CaptionDataset) -> SelfCriticalObjective:

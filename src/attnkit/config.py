@@ -36,6 +36,7 @@ SUBWORD_TOKENIZER = "sentencepiece"
 TOKENIZERS = ("moses", "nltk", "space", SUBWORD_TOKENIZER)
 SUBWORD_ALGORITHMS = ("unigram", "bpe")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+CAPTIONING_TASKS = ("captioning", "multitask")  # the tasks that caption photos: SCST and train.init_from serve them
 OBJECTIVES = ("xe", "scst")  # train.objective: cross-entropy on the references | self-critical sequence training (attnkit.self_critical)
 SCST_BASELINES = ("mean", "greedy")
 MIN_IMAGE_SIZE = 32  # the ImageNet backbones reduce an image 32-fold: smaller ones give them no more than one cell
@@ -279,6 +280,7 @@ class TrainConfig(_Checked):
     min_lr: float = checked(1e-5, at_least(0))
     patience: int = checked(5, at_least(0))  # early stopping: validations without improvement before training stops (0: never)
     max_minutes: float = checked(0.0, at_least(0))  # time budget: no epoch starts that would, at the last epoch's pace, end past it (0: none)
+    ema_decay: float = checked(0.0, BELOW_ONE)  # validate and save an exponential moving average of the weights over the optimizer steps with this decay, e.g. 0.999 (attnkit.optim.WeightAverage; 0: the weights themselves)
     keep_epochs: int = checked(0, at_least(0))  # also keep the weights after each of the last N epochs (epoch-<k>.pt), for attnkit average (0: none)
     valid_beam_size: int = checked(1, at_least(1))  # beam used by validation decoding (1: greedy)
     valid_max_examples: int = checked(0, at_least(0))  # decode at most this many validation examples (0: all)
@@ -290,8 +292,8 @@ class TrainConfig(_Checked):
     log_every: int = checked(50, at_least(1))  # progress-bar refresh of the running loss, in batches
     tensorboard: bool = False  # also write TensorBoard scalars and, at every validation, one fixed validation example's attention to <run>/tensorboard (pip install 'attnkit[tensorboard]')
     caption_share: float = checked(0.5, PROBABILITY)  # task multitask: share of the batches that are captioning batches (the rest translate)
-    init_from: str = ""  # task captioning: a captioner checkpoint whose weights (and vocabulary) this new run starts from, e.g. the cross-entropy run before SCST; same model keys
-    objective: str = checked("xe", one_of(*OBJECTIVES, what="objective"))  # xe: cross-entropy on the reference captions | scst: self-critical sequence training, CIDEr-D of sampled captions (task captioning; attnkit.self_critical)
+    init_from: str = ""  # task captioning or multitask: a checkpoint of the same task whose weights (and vocabularies) this new run starts from, e.g. the cross-entropy run before SCST; same model keys
+    objective: str = checked("xe", one_of(*OBJECTIVES, what="objective"))  # xe: cross-entropy on the reference captions | scst: self-critical sequence training, CIDEr-D of sampled captions (task captioning; task multitask: its caption batches, translation stays xe; attnkit.self_critical)
     scst_samples: int = checked(5, at_least(1))  # objective scst: captions sampled per photo each step
     scst_baseline: str = checked("mean", one_of(*SCST_BASELINES, what="SCST baseline"))  # objective scst: a sample's reward is compared with the mean of the photo's other samples (Luo 2020) | the greedy caption's (Rennie et al. 2017)
 
@@ -348,8 +350,8 @@ class ExperimentConfig(_Checked):
             raise UserError("config key text_encoder.frozen_steps: it holds a pre-trained encoder still; set text_encoder.init_from too")
         if self.decoder.family == "transformer" and self.train.teacher_forcing < 1:
             raise UserError("config key train.teacher_forcing: scheduled sampling belongs to the rnn decoder family (a transformer decoder trains on the gold prefix in parallel)")
-        if self.train.init_from and self.task != "captioning":
-            raise UserError(f"config key train.init_from: a run started from another run's weights is built for task captioning (e.g. SCST after cross-entropy), not task {self.task}")
+        if self.train.init_from and self.task not in CAPTIONING_TASKS:
+            raise UserError(f"config key train.init_from: a run started from another run's weights is built for SCST after cross-entropy (task captioning or multitask), not task {self.task}")
         self._check_self_critical()
 
     def _check_self_critical(self) -> None:
@@ -358,12 +360,15 @@ class ExperimentConfig(_Checked):
         train = self.train
         if train.objective != "scst":
             return
-        if self.task != "captioning":
-            raise UserError(f"config key train.objective: scst rewards captions with CIDEr-D against a photo's references (task captioning), not task {self.task}; use xe")
+        if self.task not in CAPTIONING_TASKS:
+            raise UserError(f"config key train.objective: scst rewards captions with CIDEr-D against a photo's references (task captioning or multitask), not task {self.task}; use xe")
+        if self.task == "multitask" and train.caption_share == 0:
+            raise UserError("config key train.caption_share: 0 leaves the joint model no caption batch for train.objective=scst to train; raise it, or use xe")
         if train.scst_baseline == "mean" and train.scst_samples < 2:
             raise UserError("config key train.scst_samples: the mean baseline compares each sample with the photo's other samples; sample at least 2, or use train.scst_baseline=greedy")
+        # A joint model's translation batches still train on cross-entropy, label smoothing included.
         for key, value, why in (
-            ("train.label_smoothing", train.label_smoothing, "smooths the cross-entropy targets"),
+            ("train.label_smoothing", train.label_smoothing if self.task == "captioning" else 0.0, "smooths the cross-entropy targets"),
             ("train.attention_supervision", train.attention_supervision, "is a loss on the reference captions' words"),
             ("train.importance_distillation", train.importance_distillation, "is a loss on the reference captions' words"),
             ("data.mosaic_share", self.data.mosaic_share, "adds mosaics whose references are one quadrant's"),

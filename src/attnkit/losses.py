@@ -35,7 +35,7 @@ class LossOutput:
     per_example_sum: Tensor  # scalar: summed per-example attention supervision and importance distillation (weights included; 0 without)
     examples: Tensor  # detached scalar: examples in the batch
     nll_sum: Tensor | None  # detached scalar: summed unsmoothed token negative log-likelihood of the references, for perplexity (None: no references read)
-    statistics: dict[str, Tensor] = field(default_factory=dict)  # detached scalars summed over the examples, logged per example (train_statistics)
+    statistics: dict[str, Tensor] = field(default_factory=dict)  # detached scalars summed over the examples, logged per example of the batches that give them (train_statistics)
     # Statistics stay tensors so the trainer can add them up without a device sync every batch.
 
     def loss(self, tokens: Tensor | None = None, examples: Tensor | None = None) -> Tensor:

@@ -4,7 +4,10 @@ The joint model (:class:`~attnkit.model.EncoderDecoder`) has an image encoder an
 that both hand the decoder a memory of the same size; the decoder, its target
 embeddings, attention and output layer are shared. Training mixes batches of the
 two tasks (``train.caption_share`` of them caption), each batch from one task, and
-validates both (the score is the mean of caption BLEU-4 and translation BLEU). The
+validates both (the score is the mean of caption BLEU-4 and translation BLEU). With
+``train.objective: scst`` (after a cross-entropy run, ``train.init_from``) the caption
+batches train self-critically, one photo an example, while the translation batches keep
+their cross-entropy. The
 checkpoint's task is ``multitask``: :class:`~attnkit.captioning.Captioner` and
 :class:`~attnkit.translation.Translator` both load it, so ``attnkit caption``
 and ``attnkit translate`` work on it, the input choosing the encoder.
@@ -18,21 +21,24 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from attnkit.captioning import CaptionPipeline, caption_attention_drawer, caption_training_set, caption_validation, describe_images, parameter_groups, record_weights
-from attnkit.checkpoint import Checkpoint
+from attnkit.captioning import (
+    CaptionPipeline, caption_attention_drawer, caption_training_set, caption_validation, describe_images, parameter_groups, record_weights,
+    self_critical_training, starting_checkpoint,
+)  # fmt: skip
+from attnkit.checkpoint import Checkpoint, load_weights
 from attnkit.config import ExperimentConfig
-from attnkit.data.batching import BucketBatchSampler, TaskMixSampler
+from attnkit.data.batching import Batch, BucketBatchSampler, TaskMixSampler
 from attnkit.data.captions import image_root, read_caption_split
 from attnkit.data.text import collate_pairs, read_parallel, resolve_languages
 from attnkit.errors import UserError
-from attnkit.losses import Seq2SeqObjective
+from attnkit.losses import LossOutput, Seq2SeqObjective
 from attnkit.model import MULTITASK, build_multitask_model, describe_parameters
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
 from attnkit.supervision import describe_gold
@@ -72,6 +78,17 @@ def collate_task_mix(collates: Mapping[str, Callable]) -> Callable:
     return collate
 
 
+@dataclass(frozen=True)
+class ObjectivePerInput:
+    """The objective of each batch chosen by what its encoder reads (``Source.kind``): a joint model's caption
+    batches may train self-critically while its translation batches keep their cross-entropy."""
+
+    by_kind: Mapping[str, Callable[[nn.Module, Batch], LossOutput]]
+
+    def __call__(self, model: nn.Module, batch: Batch) -> LossOutput:
+        return self.by_kind[batch.source.kind](model, batch)
+
+
 def joint_pipelines(checkpoint: Checkpoint) -> tuple[TextPipeline, CaptionPipeline]:
     text = TextPipeline.from_checkpoint(checkpoint)
     return text, CaptionPipeline(text.target_tokenizer, text.target_vocab, text.target_lang)
@@ -90,24 +107,33 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
     train_pairs = read_parallel(config.data.text_path, "train", source_lang, target_lang)
     valid_pairs = validation_subset(read_parallel(config.data.text_path, "valid", source_lang, target_lang), config.train)
 
-    if resume is not None:
-        text, captions = joint_pipelines(resume)
+    start, config = starting_checkpoint(config, resume, TASK)
+    if resume is not None or start is not None:
+        text, captions = joint_pipelines(resume or start)
     else:
         all_captions = [caption for item in train_items for caption in item.captions]
         text = TextPipeline.build(config, train_pairs, source_lang, target_lang, more_targets=all_captions)
         captions = CaptionPipeline(text.target_tokenizer, text.target_vocab, target_lang)
-    model = build_multitask_model(config, text.source_vocab, text.target_vocab, load_weights=resume is None)
+    model = build_multitask_model(config, text.source_vocab, text.target_vocab, load_weights=resume is None and start is None)
+    if start is not None:
+        load_weights(model, start)
     image_encoder = model.encoder_for("image")
     config = record_weights(config, image_encoder)
     caption_set, collate_captions, cache = caption_training_set(config, image_encoder, captions, train_items, root, context)
     valid_cache = cache.kept_in_memory() if cache is not None else None  # the validation photos read from disk once
     text_set = translation_training_set(config, text, train_pairs, config.data.text_path)
+    translation_objective = Seq2SeqObjective.from_config(config.train, text.target_vocab.pad_index)
+    objective, caption_keys = translation_objective, caption_set.lengths
+    self_critical = config.train.objective == "scst"
+    if self_critical:
+        caption_set, caption_objective, caption_keys = self_critical_training(config, captions, train_items, caption_set)
+        objective = ObjectivePerInput({"image": caption_objective, "text": translation_objective})
     mix = TaskMixDataset({"image": caption_set, "text": text_set})
     share = config.train.caption_share
     seed = config.train.seed
 
     def batches(batch_size: int) -> TaskMixSampler:
-        tasks = [BucketBatchSampler(caption_set.lengths, batch_size, seed=seed), BucketBatchSampler(text_set.lengths, batch_size, seed=seed)]
+        tasks = [BucketBatchSampler(caption_keys, batch_size, seed=seed), BucketBatchSampler(text_set.lengths, batch_size, seed=seed)]
         return TaskMixSampler(tasks, mix.offsets, [share, 1.0 - share], seed=seed)
 
     def validate(trained: nn.Module) -> dict:
@@ -125,16 +151,18 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
         return {tag: png for draw in drawers for tag, png in draw(trained, folder).items()}  # the photo's and the sentence's
 
     notes = [
-        f"multitask: {len(caption_set)} captions of {describe_images(caption_set.paths)} and {len(text_set)} {source_lang}->{target_lang} pairs; "
-        f"{share:.0%} of the batches caption; vocabulary {len(text.source_vocab)} / {len(text.target_vocab)} (shared by both tasks)",
+        f"multitask: {len(caption_set)} {'photos' if self_critical else 'captions'} of {describe_images(caption_set.paths)} and {len(text_set)} "
+        f"{source_lang}->{target_lang} pairs; {share:.0%} of the batches caption; vocabulary {len(text.source_vocab)} / {len(text.target_vocab)} (shared by both tasks)",
         *describe_gold(caption_set.gold, "training captions"),
         *describe_gold(text_set.gold, "training pairs"),
         describe_parameters(model),
+        *([f"self-critical training of the caption batches: {config.train.scst_samples} captions sampled per photo, baseline {config.train.scst_baseline}"] if self_critical else []),
+        *([f"starting from the weights of {config.train.init_from}"] if start is not None else []),
     ]
     return TaskSetup(
         config,
         model,
-        Seq2SeqObjective.from_config(config.train, text.target_vocab.pad_index),
+        objective,
         mix,
         collate_task_mix({"image": collate_captions, "text": partial(collate_pairs, gold=text_set.gold)}),
         validate,

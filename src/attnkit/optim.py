@@ -8,13 +8,20 @@ without improvement. Validations during the warm-up do not count towards a plate
 
 A parameter group may carry ``frozen_steps`` (a pre-trained text encoder held still at first,
 ``text_encoder.frozen_steps``): its rate is 0 for those steps, then what the schedule gives the others.
+
+:class:`WeightAverage` keeps an exponential moving average of the weights over the optimizer steps
+(``train.ema_decay``; Polyak and Juditsky 1992, as timm's ``ModelEmaV2`` and fairseq's EMA keep it):
+the trainer validates and saves the average, which smooths the last steps' noise out of the model.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch import Tensor, nn
 
 from attnkit.config import TrainConfig
 
@@ -55,3 +62,43 @@ class LearningRateSchedule:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.plateau.load_state_dict(state)
+
+
+class WeightAverage:
+    """An exponential moving average of ``model``'s weights, updated after each optimizer step ``t``:
+    ``average += (1 - d_t) * (weights - average)`` with ``d_t = min(decay, (1 + t) / (10 + t))``, so the
+    random weights of a run's first steps fade within tens of steps rather than thousands (timm's warm-up).
+    Every floating-point entry of the state dict is averaged (parameters, and buffers such as BatchNorm's
+    running statistics); integer ones (counters) are copied."""
+
+    def __init__(self, model: nn.Module, decay: float):
+        self.decay = decay
+        self.average: dict[str, Tensor] = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+        self._floating = [name for name, tensor in self.average.items() if tensor.is_floating_point()]
+        self._counters = [name for name, tensor in self.average.items() if not tensor.is_floating_point()]
+
+    @torch.no_grad()
+    def update(self, model: nn.Module, step: int) -> None:
+        """Fold in ``model``'s weights after optimizer step ``step`` (0-based)."""
+        decay = min(self.decay, (1 + step) / (10 + step))
+        weights = model.state_dict()
+        torch._foreach_lerp_([self.average[name] for name in self._floating], [weights[name] for name in self._floating], 1.0 - decay)
+        for name in self._counters:
+            self.average[name].copy_(weights[name])
+
+    def restart_from(self, model: nn.Module) -> None:
+        """The average becomes ``model``'s weights as they are (a resumed run's saved average, just loaded)."""
+        with torch.no_grad():
+            for name, tensor in model.state_dict().items():
+                self.average[name].copy_(tensor)
+
+    @contextlib.contextmanager
+    def swapped_in(self, model: nn.Module) -> Iterator[dict[str, Tensor]]:
+        """Inside the block ``model`` holds the average (to validate and save it); the block gets a copy of the
+        weights being trained, which ``model`` holds again after it."""
+        trained = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+        model.load_state_dict(self.average)
+        try:
+            yield trained
+        finally:
+            model.load_state_dict(trained)

@@ -5,8 +5,9 @@
 ``evaluate(model) -> {"score": ..., ...}`` callback for validation (higher is
 better; for translation, BLEU of free-running decoding). It handles device and
 mixed precision, gradient clipping, the plateau LR schedule, early stopping, a
-JSONL log of every epoch, best/last checkpoints, ``--resume`` and
-DistributedDataParallel when launched with ``torchrun``.
+JSONL log of every epoch, best/last checkpoints, ``--resume``, an average of the
+weights over the steps (``train.ema_decay``) and DistributedDataParallel when
+launched with ``torchrun``.
 
 :func:`train_recipe` is the prologue every task shares: join the process group,
 check the run folder, seed, let the task read its data and build its model
@@ -35,7 +36,7 @@ from attnkit.config import ExperimentConfig, TrainConfig, save_config, to_dict
 from attnkit.data.batching import BucketBatchSampler
 from attnkit.distributed import Distributed, ShardedBatchSampler, autocast, choose_threads, loader_workers, resolve_device, resolve_precision
 from attnkit.errors import UserError
-from attnkit.optim import LearningRateSchedule
+from attnkit.optim import LearningRateSchedule, WeightAverage
 from attnkit.run_folder import RunFolder, epoch_checkpoint_name
 from attnkit.watch import DrawAttention, TensorBoardLog, check_tensorboard
 
@@ -111,6 +112,9 @@ class Trainer:
 
         self.model = model.to(self.device)
         self.train_model = model
+        # With train.ema_decay, validation, best.pt and last.pt see the weights' moving average; last.pt also
+        # keeps the weights being trained (training["trained_weights"]), which --resume goes on from.
+        self.weight_average = WeightAverage(model, config.ema_decay) if config.ema_decay > 0 else None
         if self.distributed.enabled:
             # With idle parameters DDP must look for them every step; every rank runs the same task in a step
             # (ShardedBatchSampler), so the idle set agrees across ranks and their gradients stay None.
@@ -146,8 +150,9 @@ class Trainer:
             state["cuda"] = [torch.cuda.get_rng_state(self.device)]
         return state
 
-    def checkpoint(self, random_states: list[dict[str, Any]]) -> Checkpoint:
-        """The run as it stands; ``random_states``: every rank's generators, in rank order."""
+    def checkpoint(self, random_states: list[dict[str, Any]], trained_weights: dict[str, Tensor] | None = None) -> Checkpoint:
+        """The run as it stands; ``random_states``: every rank's generators, in rank order. ``trained_weights``: the
+        weights the optimizer steps, when the model now holds their average (what the checkpoint's model is)."""
         training = {
             "progress": asdict(self.progress),
             "history": list(self.history),
@@ -156,6 +161,8 @@ class Trainer:
             "scaler": self.scaler.state_dict(),
             "rng": random_states,
         }
+        if trained_weights is not None:
+            training["trained_weights"] = trained_weights
         contents = self.contents
         return Checkpoint(contents.task, contents.config, contents.vocabularies, self.model.state_dict(), training, subword_models=contents.subword_models)
 
@@ -168,8 +175,12 @@ class Trainer:
         training = checkpoint.training
         if not training:
             raise UserError("this checkpoint holds no training state (it was exported for inference); it cannot be resumed")
-        load_weights(self.model, checkpoint)
+        load_weights(self.model, checkpoint)  # the average, when the run kept one
         try:
+            if self.weight_average is not None:  # a run that kept none starts its average here
+                self.weight_average.restart_from(self.model)
+            if "trained_weights" in training:
+                self.model.load_state_dict(training["trained_weights"])
             self.optimizer.load_state_dict(training["optimizer"])
             self.schedule.load_state_dict(training["scheduler"])
             if training.get("scaler"):
@@ -216,9 +227,12 @@ class Trainer:
         self.batches.set_epoch(epoch)
         world = self.distributed.world_size
         # Running sums stay on the device: reading them every batch would wait for the GPU each time.
-        loss_sum = nll_sum = tokens = examples = torch.zeros((), dtype=torch.float64, device=self.device)
-        statistics: dict[str, Tensor] = {}  # the objective's own sums (e.g. SCST's reward), per example at the end
-        batches, perplexity = 0, True
+        loss_sum = nll_sum = nll_tokens = tokens = examples = torch.zeros((), dtype=torch.float64, device=self.device)
+        # The objective's own sums (e.g. SCST's reward) and the examples of the batches that gave them, whose mean
+        # the epoch reports (a joint model's translation batches give no reward and do not dilute it).
+        statistics: dict[str, Tensor] = {}
+        statistic_examples: dict[str, Tensor] = {}
+        batches, perplexity = 0, False  # a perplexity only over the batches that read references (not SCST's)
         started = time.perf_counter()
         bar = tqdm(
             self.loader, desc=f"epoch {epoch}", leave=False, mininterval=1.0, disable=not (self.progress_bar and self.distributed.is_main)
@@ -227,25 +241,32 @@ class Trainer:
             loss, out = self.train_step(batch)
             batches += 1
             loss_sum = loss_sum + loss.detach() / world  # this rank's share of the global batch's mean loss
-            perplexity = perplexity and out.nll_sum is not None
-            nll_sum = nll_sum + (out.nll_sum if out.nll_sum is not None else 0.0)
+            if out.nll_sum is not None:
+                perplexity = True
+                nll_sum = nll_sum + out.nll_sum
+                nll_tokens = nll_tokens + out.tokens
             tokens = tokens + out.tokens
             examples = examples + out.examples
             for name, value in out.statistics.items():
                 statistics[name] = statistics.get(name, 0.0) + value.to(torch.float64)
+                statistic_examples[name] = statistic_examples.get(name, 0.0) + out.examples.to(torch.float64)
             if batches % self.config.log_every == 0 and not bar.disable:
                 bar.set_postfix(loss=f"{loss_sum.item() * world / batches:.3f}")  # about the global mean (ranks' shares are alike)
         seconds = time.perf_counter() - started
         if batches == 0:
             raise UserError("the training set yields no batches (is it empty, or are all pairs longer than the length limits?)")
-        totals = self.distributed.sum(torch.stack([loss_sum / batches, nll_sum, tokens, examples, *statistics.values()])).tolist()  # over the ranks
-        mean_loss, nll_sum, tokens, examples = totals[:4]
+        sums = [loss_sum / batches, nll_sum, nll_tokens, tokens, examples, *statistics.values(), *statistic_examples.values()]
+        totals = self.distributed.sum(torch.stack(sums)).tolist()  # over the ranks
+        mean_loss, nll_sum, nll_tokens, tokens, examples = totals[:5]
+        kinds = len(statistics)
         record = {"train_loss": round(mean_loss, 4)}
         if perplexity:
-            record["train_ppl"] = round(math.exp(min(nll_sum / max(tokens, 1), 50.0)), 3)
+            record["train_ppl"] = round(math.exp(min(nll_sum / max(nll_tokens, 1), 50.0)), 3)
         record["train_tokens_per_s"] = round(tokens / seconds, 1)  # every rank's tokens
-        if statistics:  # the objective's own, per example (SCST: the sampled captions' mean reward)
-            record["train_statistics"] = {name: round(total / max(examples, 1), 4) for name, total in zip(statistics, totals[4:])}
+        if statistics:  # the objective's own, per example of the batches that gave them (SCST: the sampled captions' mean reward)
+            record["train_statistics"] = {
+                name: round(total / max(count, 1), 4) for name, total, count in zip(statistics, totals[5 : 5 + kinds], totals[5 + kinds :])
+            }
         return record
 
     def train_step(self, batch: Any) -> tuple[Tensor, Any]:
@@ -268,6 +289,8 @@ class Trainer:
             nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        if self.weight_average is not None:
+            self.weight_average.update(self.model, self.progress.step)
         self.progress.step += 1
         return loss, out
 
@@ -284,6 +307,16 @@ class Trainer:
             group["lr"] = lr
 
     def _validate_and_save(self, record: dict[str, Any], started: float, random_states: list[dict[str, Any]]) -> None:
+        if self.weight_average is None:
+            self._validate_and_save_model(record, started, random_states)
+            return
+        with self.weight_average.swapped_in(self.model) as trained_weights:
+            self._validate_and_save_model(record, started, random_states, trained_weights)
+
+    def _validate_and_save_model(
+        self, record: dict[str, Any], started: float, random_states: list[dict[str, Any]], trained_weights: dict[str, Tensor] | None = None
+    ) -> None:
+        """Validate the weights the model holds, save them, log the epoch (``trained_weights``: see :meth:`checkpoint`)."""
         self.model.eval()
         with torch.no_grad(), autocast(self.device, self.dtype):
             metrics = self.evaluate(self.model)
@@ -318,7 +351,7 @@ class Trainer:
         if self.watch is not None:  # before the checkpoints: a kill in between redoes this epoch, whose events the resume hides
             with torch.no_grad(), autocast(self.device, self.dtype):
                 self.watch.log_epoch(record, self.model)
-        checkpoint = self.checkpoint(random_states)
+        checkpoint = self.checkpoint(random_states, trained_weights)
         # best.pt before last.pt: a kill between the two leaves best.pt ahead, never behind; resuming
         # last.pt redoes the epoch exactly. log.jsonl is rebuilt from the checkpoint's history on resume.
         folder = RunFolder(self.run_dir)
