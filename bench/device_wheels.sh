@@ -3,7 +3,7 @@
 # device call (README, "Scaling": the one command). That machine has torch, torchvision, sacrebleu,
 # sentencepiece, matplotlib, Pillow, click, joblib, regex and tqdm, and no network.
 #
-#   bash bench/device_wheels.sh            # -> .whl/ (about 45 MB)
+#   bash bench/device_wheels.sh            # -> .whl/ (about 41 MB)
 #
 # pycocoevalcap's wheel is 104 MB (METEOR's and SPICE's jars), over the 64 MiB a device call carries: its BLEU and
 # CIDEr-D scorers (pure Python, all that validation needs) are copied from this machine's install into .whl/lite,
