@@ -66,13 +66,18 @@ def test_the_weight_average_follows_the_steps_with_a_warm_up_and_copies_counters
     torch.testing.assert_close(average.average["weight"], torch.full((2,), 2.8 + 0.01 * 0.2))
 
 
-def test_the_model_holds_the_average_inside_the_swap_only():
+def _stepped_away_from_its_average():
+    """A layer whose weights have moved since its average began, and the weights it trains (a copy)."""
     model = torch.nn.Linear(2, 1)
     average = WeightAverage(model, decay=0.5)
     with torch.no_grad():
         model.weight.add_(1.0)
-    trained = model.weight.detach().clone()
     average.update(model, step=100)
+    return model, average, model.weight.detach().clone()
+
+
+def test_the_model_holds_the_average_inside_the_swap_only():
+    model, average, trained = _stepped_away_from_its_average()
     with average.swapped_in(model) as weights:
         torch.testing.assert_close(model.weight, average.average["weight"])
         torch.testing.assert_close(weights["weight"], trained)
@@ -81,12 +86,7 @@ def test_the_model_holds_the_average_inside_the_swap_only():
 
 
 def test_the_trained_weights_come_back_when_validation_fails_inside_the_swap():
-    model = torch.nn.Linear(2, 1)
-    average = WeightAverage(model, decay=0.5)
-    with torch.no_grad():
-        model.weight.add_(1.0)
-    trained = model.weight.detach().clone()
-    average.update(model, step=100)
+    model, average, trained = _stepped_away_from_its_average()
     with pytest.raises(RuntimeError, match="validation failed"):
         with average.swapped_in(model):
             raise RuntimeError("validation failed")
