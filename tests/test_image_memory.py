@@ -36,7 +36,7 @@ def test_two_candidates_train_and_are_measured_in_one_table(image_memory, tmp_pa
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["mode"] == "quick" and set(result["candidates"]) == {"recipe", "penalty 1"}
     saved = json.loads((out / "results.json").read_text())
-    assert saved["penalty 1"]["overrides"] == ["train.attention_regularization=1"] and saved["recipe"]["grid"] == [7, 7]
+    assert saved["penalty 1"]["overrides"] == ["train.attention_regularization=1"] and saved["recipe"]["grid"] == [9, 9]  # the recipe's Lite2 grid
     study = saved["recipe"]["study"]
     assert study["photos"] == 8 and len(study["mosaic"]["arrangements"]) == 8
     assert set(study["erasure"]["by_group"]) <= {"content", "function", "punctuation"} and 0.0 <= study["mosaic"]["mass"] <= 1.0
