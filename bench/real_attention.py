@@ -76,7 +76,7 @@ from attnkit.comparison import (
     summarise_erasure_by_group,
 )
 from attnkit.cli import non_negative_int, positive_int
-from attnkit.config import load_config
+from attnkit.config import ExperimentConfig, load_config
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split, write_caption_dataset
 from attnkit.data.images import MOSAIC_PHOTOS, open_rgb
 from attnkit.data.multi30k import IMAGE_SPLITS_DIR, SPLITS, photo_id, read_split_with_photos
@@ -319,20 +319,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick:
             overrides += [f"data.feature_cache={Path(scratch) / 'cache'}", *QUICK_MODEL]
         config = load_config(args.config, [*overrides, *args.overrides])  # the user's --set last: they win
-        if args.evaluate_only:
-            progress = TrainingProgress(**load_checkpoint(out / "joint" / "last.pt").training["progress"])
-        else:
-            print(f"training the joint model into {out / 'joint'} (a previous run there is replaced)")
-            progress = train_multitask(config, overwrite=True, progress_bar=not args.no_progress)
-        training = {"train_minutes": round(progress.seconds / 60, 2), "epochs": progress.epoch, "stop_reason": progress.stop_reason or "all epochs"}
+        training = trained_stage(config, "training the joint model", args)
         if scst_stage:
             scst_config = load_config(args.config, [*overrides, *args.overrides, *scst_stage, f"output_dir={stage}", f"train.init_from={out / 'joint' / 'best.pt'}"])
-            if args.evaluate_only:
-                scst_progress = TrainingProgress(**load_checkpoint(stage / "last.pt").training["progress"])
-            else:
-                print(f"self-critical training of the joint model into {stage} (a previous run there is replaced)")
-                scst_progress = train_multitask(scst_config, overwrite=True, progress_bar=not args.no_progress)
-            training["scst"] = {"train_minutes": round(scst_progress.seconds / 60, 2), "epochs": scst_progress.epoch, "stop_reason": scst_progress.stop_reason or "all epochs"}
+            training["scst"] = trained_stage(scst_config, "self-critical training of the joint model", args)
         cache = config.data.feature_cache or None
         setups = {"joint": (Captioner.from_checkpoint(checkpoint, cache_dir=cache), Translator.from_checkpoint(checkpoint))}
         if args.captioner:
@@ -380,6 +370,17 @@ def main(argv: list[str] | None = None) -> int:
         "run_dir": str(out),
     }
     return print_result(result, busy_before)
+
+
+def trained_stage(config: ExperimentConfig, what: str, args: argparse.Namespace) -> dict:
+    """Train ``config``'s joint model into its run folder (replacing a run there), or with ``--evaluate-only`` read
+    the one there: how long it trained and how it stopped."""
+    if args.evaluate_only:
+        progress = TrainingProgress(**load_checkpoint(config.run_dir / "last.pt").training["progress"])
+    else:
+        print(f"{what} into {config.run_dir} (a previous run there is replaced)")
+        progress = train_multitask(config, overwrite=True, progress_bar=not args.no_progress)
+    return {"train_minutes": round(progress.seconds / 60, 2), "epochs": progress.epoch, "stop_reason": progress.stop_reason or "all epochs"}
 
 
 def plot_erasure(erased: dict[str, dict[str, list[Erasure]]], path: Path, sentences: int) -> Path:

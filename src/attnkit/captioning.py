@@ -439,8 +439,7 @@ def prepare_captioning(config: ExperimentConfig, resume: Checkpoint | None, cont
         f"{len(valid_items)} validation images; vocabulary {len(pipeline.vocab)}",
         *describe_gold(dataset.gold, "training captions"),
         describe_parameters(model),
-        *([f"self-critical training: {config.train.scst_samples} captions sampled per photo, baseline {config.train.scst_baseline}"] if self_critical else []),
-        *([f"starting from the weights of {config.train.init_from}"] if start is not None else []),
+        *describe_start(config, start),
     ]
     return TaskSetup(
         config, model, objective, dataset, collate, validate, pipeline.vocabularies, parameter_groups(model, encoder, config),
@@ -463,6 +462,16 @@ def starting_checkpoint(config: ExperimentConfig, resume: Checkpoint | None, tas
         raise UserError(f"train.init_from: the config changes the model of {config.train.init_from} (saved vs asked): {'; '.join(changed)}; keep the saved values")
     saved = from_dict(ExperimentConfig, start.config).image_encoder
     return start, replace(config, image_encoder=replace(config.image_encoder, weights_sha256=saved.weights_sha256))
+
+
+def describe_start(config: ExperimentConfig, start: Checkpoint | None, trained: str = "") -> list[str]:
+    """The notes a run's start prints: its self-critical training (of ``trained``, e.g. a joint model's caption
+    batches) and the run whose weights it starts from; none for cross-entropy from scratch."""
+    train = config.train
+    return [
+        *([f"self-critical training{trained}: {train.scst_samples} captions sampled per photo, baseline {train.scst_baseline}"] if train.objective == "scst" else []),
+        *([f"starting from the weights of {train.init_from}"] if start is not None else []),
+    ]
 
 
 def self_critical_training(

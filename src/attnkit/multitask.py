@@ -29,8 +29,8 @@ import torch
 from torch import nn
 
 from attnkit.captioning import (
-    CaptionPipeline, caption_attention_drawer, caption_training_set, caption_validation, describe_images, parameter_groups, record_weights,
-    self_critical_training, starting_checkpoint,
+    CaptionPipeline, caption_attention_drawer, caption_training_set, caption_validation, describe_images, describe_start, parameter_groups,
+    record_weights, self_critical_training, starting_checkpoint,
 )  # fmt: skip
 from attnkit.checkpoint import Checkpoint, load_weights
 from attnkit.config import ExperimentConfig
@@ -156,8 +156,7 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
         *describe_gold(caption_set.gold, "training captions"),
         *describe_gold(text_set.gold, "training pairs"),
         describe_parameters(model),
-        *([f"self-critical training of the caption batches: {config.train.scst_samples} captions sampled per photo, baseline {config.train.scst_baseline}"] if self_critical else []),
-        *([f"starting from the weights of {config.train.init_from}"] if start is not None else []),
+        *describe_start(config, start, " of the caption batches"),
     ]
     return TaskSetup(
         config,

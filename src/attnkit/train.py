@@ -307,16 +307,15 @@ class Trainer:
             group["lr"] = lr
 
     def _validate_and_save(self, record: dict[str, Any], started: float, random_states: list[dict[str, Any]]) -> None:
-        if self.weight_average is None:
-            self._validate_and_save_model(record, started, random_states)
-            return
-        with self.weight_average.swapped_in(self.model) as trained_weights:
-            self._validate_and_save_model(record, started, random_states, trained_weights)
+        # With a weight average, the model holds it from here to the log line (trained_weights: see checkpoint()).
+        averaged = self.weight_average.swapped_in(self.model) if self.weight_average is not None else contextlib.nullcontext()
+        with averaged as trained_weights:
+            self._validate_and_save_weights(record, started, random_states, trained_weights)
 
-    def _validate_and_save_model(
-        self, record: dict[str, Any], started: float, random_states: list[dict[str, Any]], trained_weights: dict[str, Tensor] | None = None
+    def _validate_and_save_weights(
+        self, record: dict[str, Any], started: float, random_states: list[dict[str, Any]], trained_weights: dict[str, Tensor] | None
     ) -> None:
-        """Validate the weights the model holds, save them, log the epoch (``trained_weights``: see :meth:`checkpoint`)."""
+        """Validate the weights the model holds, save them, log the epoch."""
         self.model.eval()
         with torch.no_grad(), autocast(self.device, self.dtype):
             metrics = self.evaluate(self.model)
