@@ -175,9 +175,15 @@ def finished_run(out: Path, config: ExperimentConfig) -> tuple[Path, TrainingPro
     time budget), with its best.pt."""
     for folder in sorted(path.parent for path in out.glob("*/last.pt")):
         progress = trains(folder, config)
-        if progress is not None and (progress.stop_reason != "" or progress.epoch >= config.train.epochs) and (folder / "best.pt").is_file():
+        if progress is not None and ran_to_its_end(folder, progress, config):
             return folder, progress
     return None
+
+
+def ran_to_its_end(folder: Path, progress: TrainingProgress, config: ExperimentConfig) -> bool:
+    """The run in ``folder`` stopped of itself (all of ``config``'s epochs, early stopping or the time budget) and has
+    its best.pt; a run without a stop reason was cut short (the machine or the session went away)."""
+    return (progress.stop_reason != "" or progress.epoch >= config.train.epochs) and (folder / "best.pt").is_file()
 
 
 def training_digest(config: ExperimentConfig) -> str:

@@ -6,6 +6,7 @@ Run from the project root::
     python bench/real_attention.py --evaluate-only  # the study again on the joint model an earlier run left in --out
     python bench/real_attention.py --quick          # a tiny model on a slice of the data, 6 study photos (a smoke check)
     python bench/real_attention.py --scst-epochs 5  # the joint model, then five epochs of self-critical training; that is studied
+    python bench/real_attention.py --scst-epochs 5 --resume  # the same, continuing stages an earlier run left in --out
     python bench/real_attention.py --evaluate-only --captioner runs/bench-flickr8k/attention/best.pt \\
         --translator runs/bench-multi30k/best.pt    # also study (and score) two single-task models
 
@@ -54,7 +55,6 @@ import argparse
 import dataclasses
 import json
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,7 +91,7 @@ from attnkit.report import write_comparison
 from attnkit.train import TrainingProgress
 from attnkit.translation import Translator
 from attnkit.viz import plot_distributions
-from flickr8k import SCST
+from flickr8k import QUICK_DATA, SCST, ran_to_its_end, trains
 from machine import busy_cores, print_result, project_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,6 +265,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", default="", help="data root holding flickr8k/ and multi30k/ (default $ATTNKIT_DATA, else ../shared/data)")
     parser.add_argument("--out", default="", help="run folder (default runs/bench-real-attention, or runs/bench-real-attention-quick)")
     parser.add_argument("--evaluate-only", action="store_true", help="skip training: study the joint model an earlier run left in --out")
+    parser.add_argument("--resume", action="store_true", help="a stage already in --out with the same config: read it back when it ran to its end, continue it when cut short")
     parser.add_argument("--captioner", default="", help="a single-task captioning checkpoint to score and study too (with --translator)")
     parser.add_argument("--translator", default="", help="a single-task de->en translation checkpoint to score and study too")
     parser.add_argument("--photo", default="", help="the study photo of the example report (a Flickr8k file name; default the first)")
@@ -310,44 +311,47 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--evaluate-only: no joint model in {stage} (train first, or give its --out)")
     print(f"study photos: {len(photos)} Flickr8k test photos with Multi30k sentences")
 
-    with tempfile.TemporaryDirectory(prefix="attnkit-real-") as scratch:
-        # --quick leaves the project's data/ alone: everything it prepares goes to a scratch folder
-        captions, pairs = ensure_data(data_root, Path(scratch) if args.quick else ROOT / "data")
-        if args.quick:
-            captions, pairs = quick_slices(captions, pairs, photos, Path(scratch))
-        overrides = [f"output_dir={out / 'joint'}", f"data.path={captions}", f"data.text_path={pairs}"]
-        if args.quick:
-            overrides += [f"data.feature_cache={Path(scratch) / 'cache'}", *QUICK_MODEL]
-        config = load_config(args.config, [*overrides, *args.overrides])  # the user's --set last: they win
-        training = trained_stage(config, "training the joint model", args)
-        if scst_stage:
-            scst_config = load_config(args.config, [*overrides, *args.overrides, *scst_stage, f"output_dir={stage}", f"train.init_from={out / 'joint' / 'best.pt'}"])
-            training["scst"] = trained_stage(scst_config, "self-critical training of the joint model", args)
-        cache = config.data.feature_cache or None
-        setups = {"joint": (Captioner.from_checkpoint(checkpoint, cache_dir=cache), Translator.from_checkpoint(checkpoint))}
-        if args.captioner:
-            setups["single_task"] = (Captioner.from_checkpoint(args.captioner, cache_dir=cache), Translator.from_checkpoint(args.translator))
-        search = {
-            "captioning": load_config(ROOT / "tasks/configs/flickr8k.yaml", []).search,
-            "translation": load_config(ROOT / "tasks/configs/multi30k_de_en.yaml", []).search,
-        }
-        results = {}
-        images = data_root / "flickr8k" / "images"
-        for name, (captioner, translator) in setups.items():
-            scores = quality(captioner, translator, captions, pairs, args.beam, search)
-            print(f"{name}: Flickr8k test BLEU-4 {scores['caption']['bleu4']} (CIDEr-D {scores['caption']['cider_d']}), "
-                  f"Multi30k test_2016_flickr BLEU {scores['translation']['bleu']} at beam {args.beam}")  # fmt: skip
-            began = time.perf_counter()
-            comparer = AttentionComparer(captioner, translator)
-            found, erased = study(comparer, photos, images, settings)
-            inputs = [StudyInput(images / photo.image, photo.german, photo.english) for photo in photos]
-            found["mosaic"] = mosaic_study(comparer, inputs, seed=args.seed, heads=True)
-            found["study_seconds"] = round(time.perf_counter() - began, 1)
-            print("\n".join(describe_study(name, found)))
-            results[name] = {"quality": scores, "study": found, "parameters": count_parameters(captioner.model)}
-            if name == "joint":
-                erasure_figure = plot_erasure(erased, out / "erasure.png", found["sentences"])
-                joint = comparer
+    # --quick leaves the project's data/ alone: what it prepares goes to the run folder, the same files each time
+    # (so the runs' data paths, part of their config, stay the same and --resume finds them)
+    quick_data = out / QUICK_DATA
+    captions, pairs = ensure_data(data_root, quick_data if args.quick else ROOT / "data")
+    if args.quick:
+        captions, pairs = quick_slices(captions, pairs, photos, quick_data)
+    overrides = [f"output_dir={out / 'joint'}", f"data.path={captions}", f"data.text_path={pairs}"]
+    if args.quick:
+        overrides += [f"data.feature_cache={quick_data / 'cache'}", *QUICK_MODEL]
+    config = load_config(args.config, [*overrides, *args.overrides])  # the user's --set last: they win
+    training = trained_stage(config, "training the joint model", args, resume=args.resume)
+    if scst_stage:
+        scst_config = load_config(args.config, [*overrides, *args.overrides, *scst_stage, f"output_dir={stage}", f"train.init_from={out / 'joint' / 'best.pt'}"])
+        # An SCST stage is kept only when the best.pt it started from is the one there now (the first stage read back).
+        kept_start = args.resume and training["origin"] == "read back"
+        training["scst"] = trained_stage(scst_config, "self-critical training of the joint model", args, resume=kept_start)
+    cache = config.data.feature_cache or None
+    setups = {"joint": (Captioner.from_checkpoint(checkpoint, cache_dir=cache), Translator.from_checkpoint(checkpoint))}
+    if args.captioner:
+        setups["single_task"] = (Captioner.from_checkpoint(args.captioner, cache_dir=cache), Translator.from_checkpoint(args.translator))
+    search = {
+        "captioning": load_config(ROOT / "tasks/configs/flickr8k.yaml", []).search,
+        "translation": load_config(ROOT / "tasks/configs/multi30k_de_en.yaml", []).search,
+    }
+    results = {}
+    images = data_root / "flickr8k" / "images"
+    for name, (captioner, translator) in setups.items():
+        scores = quality(captioner, translator, captions, pairs, args.beam, search)
+        print(f"{name}: Flickr8k test BLEU-4 {scores['caption']['bleu4']} (CIDEr-D {scores['caption']['cider_d']}), "
+              f"Multi30k test_2016_flickr BLEU {scores['translation']['bleu']} at beam {args.beam}")  # fmt: skip
+        began = time.perf_counter()
+        comparer = AttentionComparer(captioner, translator)
+        found, erased = study(comparer, photos, images, settings)
+        inputs = [StudyInput(images / photo.image, photo.german, photo.english) for photo in photos]
+        found["mosaic"] = mosaic_study(comparer, inputs, seed=args.seed, heads=True)
+        found["study_seconds"] = round(time.perf_counter() - began, 1)
+        print("\n".join(describe_study(name, found)))
+        results[name] = {"quality": scores, "study": found, "parameters": count_parameters(captioner.model)}
+        if name == "joint":
+            erasure_figure = plot_erasure(erased, out / "erasure.png", found["sentences"])
+            joint = comparer
 
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "study.json", json.dumps(results, indent=2) + "\n")
@@ -372,15 +376,26 @@ def main(argv: list[str] | None = None) -> int:
     return print_result(result, busy_before)
 
 
-def trained_stage(config: ExperimentConfig, what: str, args: argparse.Namespace) -> dict:
+def trained_stage(config: ExperimentConfig, what: str, args: argparse.Namespace, resume: bool) -> dict:
     """Train ``config``'s joint model into its run folder (replacing a run there), or with ``--evaluate-only`` read
-    the one there: how long it trained and how it stopped."""
+    the one there; with ``resume``, a run there of the same config is read back when it ran to its end and
+    continued from its last.pt when it was cut short. Returns how long it trained, how it stopped and where it came
+    from (``origin``)."""
+    folder = config.run_dir
+    standing = trains(folder, config) if resume else None
     if args.evaluate_only:
-        progress = TrainingProgress(**load_checkpoint(config.run_dir / "last.pt").training["progress"])
+        origin, progress = "read back", TrainingProgress(**load_checkpoint(folder / "last.pt").training["progress"])
+    elif standing is not None and ran_to_its_end(folder, standing, config):
+        print(f"{what}: reading back the run in {folder} (the same config, trained to its end)")
+        origin, progress = "read back", standing
+    elif standing is not None:
+        print(f"{what}: continuing the run in {folder} from epoch {standing.epoch}")
+        origin, progress = "continued", train_multitask(config, resume=load_checkpoint(folder / "last.pt", task="multitask"), progress_bar=not args.no_progress)
     else:
-        print(f"{what} into {config.run_dir} (a previous run there is replaced)")
-        progress = train_multitask(config, overwrite=True, progress_bar=not args.no_progress)
-    return {"train_minutes": round(progress.seconds / 60, 2), "epochs": progress.epoch, "stop_reason": progress.stop_reason or "all epochs"}
+        kept = "" if resume else "; --resume continues one of the same config"
+        print(f"{what} into {folder} (a previous run there is replaced{kept})")
+        origin, progress = "trained", train_multitask(config, overwrite=True, progress_bar=not args.no_progress)
+    return {"train_minutes": round(progress.seconds / 60, 2), "epochs": progress.epoch, "stop_reason": progress.stop_reason or "all epochs", "origin": origin}
 
 
 def plot_erasure(erased: dict[str, dict[str, list[Erasure]]], path: Path, sentences: int) -> Path:

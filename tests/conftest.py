@@ -17,6 +17,7 @@ from attnkit.config import DecoderConfig, ExperimentConfig, TextEncoderConfig  #
 from attnkit.data.sources import default_data_root  # noqa: E402
 from attnkit.data.text import write_parallel_dataset  # noqa: E402
 from attnkit.model import build_translation_model  # noqa: E402
+from attnkit.train import TrainingProgress  # noqa: E402
 from attnkit.vocab import Vocabulary  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
@@ -70,3 +71,12 @@ def needs_shared(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"shared data not found: {path} (set ATTNKIT_DATA to the folder holding multi30k/, tatoeba-eng-fra/ and flickr8k/)")
     return path
+
+
+def standing_run_folder(folder: Path, config: dict, epoch: int, stop_reason: str = "", best: bool = True) -> None:
+    """A run folder as training leaves it, for the benches' reuse of runs: last.pt with the config and progress
+    (weights are not read), best.pt beside it."""
+    folder.mkdir(parents=True)
+    torch.save({"config": config, "training": {"progress": vars(TrainingProgress(epoch=epoch, stop_reason=stop_reason))}}, folder / "last.pt")
+    if best:
+        (folder / "best.pt").write_bytes(b"")

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from attnkit.errors import run_cli
+from conftest import standing_run_folder
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -49,18 +50,6 @@ def test_numbers_and_their_summary(flickr8k):
     assert flickr8k.mean_and_spread([21.0, 22.5]) == {"mean": 21.75, "spread": 1.5, "runs": [21.0, 22.5]}
 
 
-def _finished(folder: Path, config: dict, epoch: int, stop_reason: str = "", best: bool = True) -> None:
-    """A run folder as training leaves it: last.pt with the config and progress (weights are not read), best.pt beside it."""
-    import torch
-
-    from attnkit.train import TrainingProgress
-
-    folder.mkdir(parents=True)
-    torch.save({"config": config, "training": {"progress": vars(TrainingProgress(epoch=epoch, stop_reason=stop_reason))}}, folder / "last.pt")
-    if best:
-        (folder / "best.pt").write_bytes(b"")
-
-
 def test_reuse_takes_a_finished_run_of_the_same_training_and_continues_one_cut_short(flickr8k, tmp_path):
     from attnkit.config import load_config, to_dict
 
@@ -71,13 +60,13 @@ def test_reuse_takes_a_finished_run_of_the_same_training_and_continues_one_cut_s
 
     saved = to_dict(asked("train.seed=0"))
     saved["data"]["target_lang"] = "en"  # asked as "" (resolved by training): any saved value is the same run
-    _finished(tmp_path / "a-seed0", {**saved, "output_dir": str(tmp_path / "a-seed0")}, epoch=10)
-    _finished(tmp_path / "b-seed1", to_dict(asked("train.seed=1")), epoch=6)  # cut short, no stop reason: not finished
-    _finished(tmp_path / "c-seed2", to_dict(asked("train.seed=2")), epoch=4, stop_reason="early stopping", best=False)
-    _finished(tmp_path / "d-seed3", to_dict(asked("train.seed=3")), epoch=4, stop_reason="early stopping")
+    standing_run_folder(tmp_path / "a-seed0", {**saved, "output_dir": str(tmp_path / "a-seed0")}, epoch=10)
+    standing_run_folder(tmp_path / "b-seed1", to_dict(asked("train.seed=1")), epoch=6)  # cut short, no stop reason: not finished
+    standing_run_folder(tmp_path / "c-seed2", to_dict(asked("train.seed=2")), epoch=4, stop_reason="early stopping", best=False)
+    standing_run_folder(tmp_path / "d-seed3", to_dict(asked("train.seed=3")), epoch=4, stop_reason="early stopping")
     older = to_dict(asked("train.seed=5"))
     del older["train"]["objective"], older["train"]["scst_samples"]  # saved before these keys existed: it trained with their defaults
-    _finished(tmp_path / "f-seed5", older, epoch=10)
+    standing_run_folder(tmp_path / "f-seed5", older, epoch=10)
 
     found = flickr8k.finished_run(tmp_path, asked("train.seed=0", "search.beam_size=3", "train.keep_epochs=2"))  # decoding and kept epochs differ
     assert found is not None and found[0] == tmp_path / "a-seed0" and found[1].epoch == 10

@@ -10,6 +10,7 @@ from attnkit.captioning import Captioner, train_captioning
 from attnkit.config import load_config
 from attnkit.data.batching import pad_sequences
 from attnkit.data.features import FeatureCache, encoder_identity
+from attnkit.files import file_digest
 from attnkit.distributed import loader_workers, resolve_device
 from attnkit.interfaces import GridFeatures
 from attnkit.losses import Seq2SeqObjective
@@ -141,7 +142,11 @@ def test_captioning_trains_and_resumes_in_bf16_with_the_feature_cache(tmp_path, 
     resumed = load_config(None, [f"data.path={scenes}", f"output_dir={tmp_path / 'run'}", "train.epochs=2", *TINY, *overrides])
     from attnkit.checkpoint import load_checkpoint
 
-    assert train_captioning(resumed, resume=load_checkpoint(tmp_path / "run" / "last.pt"), progress_bar=False, log=lambda _: None).epoch == 2
+    printed = []
+    assert train_captioning(resumed, resume=load_checkpoint(tmp_path / "run" / "last.pt"), progress_bar=False, log=printed.append).epoch == 2
+    # The resumed run keeps the backbone's digest (it loads no weights file), so it trains on the cached features.
+    assert "feature cache: 12 hits, 0 computed" in printed
+    assert load_checkpoint(tmp_path / "run" / "last.pt").config["image_encoder"]["weights_sha256"] == file_digest(weights)
     captioner = Captioner.from_checkpoint(tmp_path / "run" / "best.pt", device="cpu", cache_dir=tmp_path / "cache")
     assert captioner.precision == torch.bfloat16  # decodes as its validation did
     assert all(not c[0].error for c in captioner.caption(sorted((tmp_path / "images").iterdir())))

@@ -8,7 +8,7 @@ import pytest
 
 from attnkit.checkpoint import load_checkpoint
 from attnkit.errors import UserError, run_cli
-from conftest import needs_shared, shared_data_root
+from conftest import needs_shared, shared_data_root, standing_run_folder
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 NO_MULTI30K_SENTENCE = "3482062809_3b694322c4.jpg"  # a Flickr8k test photo Multi30k does not describe
@@ -74,6 +74,47 @@ def test_the_joint_recipe_trains_on_a_slice_and_the_study_runs_end_to_end(real_a
     assert json.loads((out / "study.json").read_text())["joint"]["study"]["sentences"] == 6
     assert (out / "erasure.png").stat().st_size > 0 and "<script" in (out / "example" / "report.html").read_text()
     assert figure.read_bytes() == (out / "example" / "comparison.png").read_bytes()
+    # --resume reads both finished stages back (the quick data were rewritten the same, so their configs match).
+    trained = {stage: (out / stage / "last.pt").stat().st_mtime_ns for stage in ("joint", "joint-scst")}
+    assert real_attention.main(["--quick", "--no-progress", "--out", str(out), "--scst-epochs", "1", "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count(": reading back the run in") == 2
+    again = json.loads(printed.strip().splitlines()[-1])["training"]
+    assert again["origin"] == again["scst"]["origin"] == "read back" and result["training"]["origin"] == "trained"
+    assert again["train_minutes"] == result["training"]["train_minutes"] and again["scst"]["epochs"] == 1
+    assert {stage: (out / stage / "last.pt").stat().st_mtime_ns for stage in ("joint", "joint-scst")} == trained
+
+
+def test_resume_reads_back_a_finished_stage_continues_one_cut_short_and_replaces_another_config(real_attention, tmp_path, monkeypatch, capsys):
+    from argparse import Namespace
+
+    from attnkit.config import load_config, to_dict
+    from attnkit.train import TrainingProgress
+
+    recipe = Path(__file__).resolve().parents[1] / "tasks/configs/flickr8k_multi30k_transformer.yaml"
+    calls = []  # (run folder, resumed from, overwrite) of each training the stage asked for
+
+    def train_multitask(config, resume=None, overwrite=False, progress_bar=True):
+        calls.append((config.run_dir, resume, overwrite))
+        return TrainingProgress(epoch=9, seconds=60.0)
+
+    monkeypatch.setattr(real_attention, "train_multitask", train_multitask)
+    monkeypatch.setattr(real_attention, "load_checkpoint", lambda path, task=None: f"checkpoint {Path(path).name} for {task}")
+    asked = lambda folder, *overrides: load_config(recipe, [f"output_dir={tmp_path / folder}", *overrides])  # noqa: E731
+    standing_run_folder(tmp_path / "finished", to_dict(asked("finished")), epoch=7, stop_reason="early stopping")
+    standing_run_folder(tmp_path / "cut", to_dict(asked("cut")), epoch=3)
+    standing_run_folder(tmp_path / "other", to_dict(asked("other", "train.lr=0.001")), epoch=3, stop_reason="early stopping")
+    args = Namespace(evaluate_only=False, no_progress=True)
+
+    assert real_attention.trained_stage(asked("finished"), "stage", args, resume=True) == {"train_minutes": 0.0, "epochs": 7, "stop_reason": "early stopping", "origin": "read back"}
+    assert calls == []
+    assert real_attention.trained_stage(asked("cut"), "stage", args, resume=True)["origin"] == "continued"
+    assert calls.pop() == (tmp_path / "cut", "checkpoint last.pt for multitask", False)
+    assert real_attention.trained_stage(asked("other"), "stage", args, resume=True)["origin"] == "trained"  # trained otherwise: replaced
+    real_attention.trained_stage(asked("finished"), "stage", args, resume=False)  # without --resume a run there is replaced
+    assert calls == [(tmp_path / "other", None, True), (tmp_path / "finished", None, True)]
+    printed = capsys.readouterr().out
+    assert "reading back the run in" in printed and "continuing the run in" in printed and "from epoch 3" in printed
 
 
 @pytest.mark.parametrize(

@@ -449,10 +449,12 @@ def prepare_captioning(config: ExperimentConfig, resume: Checkpoint | None, cont
 
 
 def starting_checkpoint(config: ExperimentConfig, resume: Checkpoint | None, task: str) -> tuple[Checkpoint | None, ExperimentConfig]:
-    """``train.init_from`` of a new ``task`` run (a resumed one has its weights): the checkpoint of that task and model keys
-    whose weights and vocabularies the run starts from, and the config keyed to its backbone's digest (which keys the
-    feature cache, as a resumed run's does). ``(None, config)`` when there is none."""
-    if resume is not None or not config.train.init_from:
+    """``train.init_from`` of a new ``task`` run: the checkpoint of that task and model keys whose weights and
+    vocabularies the run starts from (``None`` for a resumed run, which has its weights, or without one), and the
+    config keyed to the digest of the backbone weights the checkpoint (``resume`` or the start) was trained from."""
+    if resume is not None:
+        return None, keyed_to_backbone_of(config, resume)
+    if not config.train.init_from:
         return None, config
     start = load_checkpoint(config.train.init_from)
     if start.task != task:
@@ -460,8 +462,15 @@ def starting_checkpoint(config: ExperimentConfig, resume: Checkpoint | None, tas
     changed = model_differences(start.config, to_dict(config))
     if changed:
         raise UserError(f"train.init_from: the config changes the model of {config.train.init_from} (saved vs asked): {'; '.join(changed)}; keep the saved values")
-    saved = from_dict(ExperimentConfig, start.config).image_encoder
-    return start, replace(config, image_encoder=replace(config.image_encoder, weights_sha256=saved.weights_sha256))
+    return start, keyed_to_backbone_of(config, start)
+
+
+def keyed_to_backbone_of(config: ExperimentConfig, checkpoint: Checkpoint) -> ExperimentConfig:
+    """``config`` with the digest of the backbone weights ``checkpoint`` was trained from. A model built to take a
+    checkpoint's weights loads no weights file, so without the saved digest its encoder would call itself random
+    ("none") and train without the feature cache, running the frozen blocks at every step."""
+    saved = from_dict(ExperimentConfig, checkpoint.config).image_encoder
+    return replace(config, image_encoder=replace(config.image_encoder, weights_sha256=saved.weights_sha256))
 
 
 def describe_start(config: ExperimentConfig, start: Checkpoint | None, trained: str = "") -> list[str]:
