@@ -10,8 +10,8 @@ from attnkit.captioning import Captioner, train_captioning
 from attnkit.config import load_config
 from attnkit.data.batching import pad_sequences
 from attnkit.data.features import FeatureCache, encoder_identity
-from attnkit.files import file_digest
 from attnkit.distributed import loader_workers, resolve_device
+from attnkit.files import file_digest
 from attnkit.interfaces import GridFeatures
 from attnkit.losses import Seq2SeqObjective
 from attnkit.precision import PrecisionProbe, without_autocast
