@@ -382,7 +382,7 @@ def trained_stage(config: ExperimentConfig, what: str, args: argparse.Namespace,
     continued from its last.pt when it was cut short. Returns how long it trained, how it stopped and where it came
     from (``origin``)."""
     folder = config.run_dir
-    standing = trains(folder, config) if resume else None
+    standing = trains(folder, config) if resume and not args.evaluate_only else None  # reads last.pt: only when it may train
     if args.evaluate_only:
         origin, progress = "read back", TrainingProgress(**load_checkpoint(folder / "last.pt").training["progress"])
     elif standing is not None and ran_to_its_end(folder, standing, config):
