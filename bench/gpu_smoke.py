@@ -20,7 +20,10 @@ with its error and the next step runs. The steps:
 3. ``host_syncs``: the host synchronisations of one training step per recipe, counted with
    ``torch.cuda.set_sync_debug_mode("warn")`` (CUDA only; skipped on a CPU).
 4. ``training``: per recipe, training tokens/s in bf16 and in fp32 (+ TF32 on CUDA), the mean loss
-   of the last epoch after the same steps from the same seed, and peak memory.
+   of the last epoch after the same steps from the same seed, peak memory, and the share of a few
+   steps' wall time the kernels ran (``kernel_share``: the profiler's device time over wall time on
+   CUDA; on a CPU its operators' own time), which says how much of a step is launches and Python.
+   ``--set train.batch_tokens=N`` measures every recipe with token batches.
 5. ``decoding``: per recipe, greedy and beam-5 decoding speed on one batch of its training data.
 6. ``round_trip``: ``attnkit train`` (tiny recipe, 2 epochs) -> ``--resume`` to 3 epochs ->
    ``attnkit evaluate`` on its best checkpoint, on the chosen device.
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -54,6 +58,7 @@ import torch
 
 from attnkit.captioning import prepare_captioning
 from attnkit.config import load_config
+from attnkit.data.batching import BatchLimit
 from attnkit.data.scenes import write_scene_dataset
 from attnkit.distributed import Distributed, autocast, resolve_device
 from attnkit.errors import UserError, first_line, run_cli
@@ -91,6 +96,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--recipes", default=",".join(RECIPES))
     parser.add_argument("--only", default=",".join(STEPS), help="the steps to run (comma-separated)")
     parser.add_argument("--tiny", action="store_true", help="tiny models and data (a path check, not a measurement)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="a config override for every recipe the steps measure (not the round trip's tiny recipe), e.g. train.batch_tokens=8500 (repeatable)")
     return parser
 
 
@@ -141,7 +147,7 @@ def run_step(log: StepLog, name: str, limit: float, work: Callable[[float], dict
 
 # -- the recipes -----------------------------------------------------------------------------------------------
 def recipe_configs(args: argparse.Namespace, scenes: Path, cache: Path, precision: str, extra: list[str] = ()) -> dict:
-    common = [f"train.device={args.device}", f"train.precision={precision}", f"data.feature_cache={cache}", "output_dir=", *extra]
+    common = [f"train.device={args.device}", f"train.precision={precision}", f"data.feature_cache={cache}", "output_dir="]
     if args.tiny:
         common += TINY
     text = [f"data.path={text_data(args, scenes)}"]
@@ -150,15 +156,17 @@ def recipe_configs(args: argparse.Namespace, scenes: Path, cache: Path, precisio
     if args.tiny:  # the joint model's two memories must agree with TINY's sizes
         joint += ["text_encoder.rnn=none", "text_encoder.embedding_size=16"]
     transformer = [*common, *TINY_TRANSFORMER] if args.tiny else common
-    return {
-        "translation": (prepare_translation, load_config(ROOT / "tasks/configs/multi30k_de_en.yaml", [*text, *common])),
-        "captioning": (prepare_captioning, load_config(ROOT / "tasks/configs/flickr8k.yaml", [*captions, *common])),
-        "multitask": (prepare_multitask, load_config(ROOT / "tasks/configs/scenes_multitask.yaml", [*joint, *common])),
+    recipes = {
+        "translation": (prepare_translation, (ROOT / "tasks/configs/multi30k_de_en.yaml", [*text, *common])),
+        "captioning": (prepare_captioning, (ROOT / "tasks/configs/flickr8k.yaml", [*captions, *common])),
+        "multitask": (prepare_multitask, (ROOT / "tasks/configs/scenes_multitask.yaml", [*joint, *common])),
         # The Transformer recipes' models on the same data (the subword recipe's tokenizer makes its pieces on Tatoeba).
-        "translation_transformer": (prepare_translation, load_config(ROOT / "tasks/configs/multi30k_de_en_transformer.yaml", [*text, *transformer, f"data.tokenizer.vocab_size={40 if args.tiny else 1000}"])),
-        "captioning_transformer": (prepare_captioning, load_config(ROOT / "tasks/configs/flickr8k_transformer.yaml", [*captions, *transformer])),
-        "multitask_transformer": (prepare_multitask, load_config(ROOT / "tasks/configs/scenes_transformer.yaml", [*joint, *transformer])),
+        "translation_transformer": (prepare_translation, (ROOT / "tasks/configs/multi30k_de_en_transformer.yaml", [*text, *transformer, f"data.tokenizer.vocab_size={40 if args.tiny else 1000}"])),
+        "captioning_transformer": (prepare_captioning, (ROOT / "tasks/configs/flickr8k_transformer.yaml", [*captions, *transformer])),
+        "multitask_transformer": (prepare_multitask, (ROOT / "tasks/configs/scenes_transformer.yaml", [*joint, *transformer])),
     }
+    # the overrides last, so they win over the recipes' and TINY's settings
+    return {name: (prepare, load_config(path, [*settings, *extra])) for name, (prepare, (path, settings)) in recipes.items()}
 
 
 def text_data(args: argparse.Namespace, scenes: Path) -> Path:
@@ -206,10 +214,33 @@ def train_for(trainer: Trainer, steps: int, deadline: float) -> dict:
         "steps": trainer.progress.step, "epochs": epoch, "cut_by_deadline": trainer.progress.step < steps,
         "tokens_per_s_last_epoch": stats.get("train_tokens_per_s"), "train_loss_last_epoch": stats.get("train_loss"),
         "seconds": round(time.perf_counter() - started, 1), "precision": str(trainer.dtype).removeprefix("torch."),
+        "batches": str(BatchLimit.of(trainer.config)),
     }  # fmt: skip
     if device.type == "cuda":
         result["peak_memory_allocated_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
+    if time.perf_counter() < deadline:
+        result["kernel_share"] = kernel_share(trainer, 2 if device.type == "cpu" else 20)
     return result
+
+
+def kernel_share(trainer: Trainer, steps: int) -> float:
+    """The share of ``steps`` training steps' wall time that kernels ran: the profiler's device time on CUDA, the
+    operators' own time on a CPU. Low means a step is mostly kernel launches, Python and waiting (the profiler's
+    own overhead lowers it a little)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    on_cuda = trainer.device.type == "cuda"
+    batches = itertools.islice(trainer.loader, steps)
+    synchronise(trainer.device)
+    with profile(activities=[ProfilerActivity.CUDA if on_cuda else ProfilerActivity.CPU]) as profiler:
+        started = time.perf_counter()
+        for batch in batches:
+            trainer.train_step(batch)
+        synchronise(trainer.device)
+        wall = time.perf_counter() - started
+    events = profiler.key_averages()
+    busy_us = sum(event.self_device_time_total if on_cuda else event.self_cpu_time_total for event in events)
+    return round(busy_us / 1e6 / wall, 3)
 
 
 # -- the steps ---------------------------------------------------------------------------------------------------
@@ -307,7 +338,7 @@ def round_trip(args: argparse.Namespace, scenes: Path, work: Path) -> dict:
 
 def pixel_path(args: argparse.Namespace, scenes: Path, work: Path, device: torch.device, deadline: float) -> dict:
     """Captioning training with no feature cache: the backbone encodes every batch's pixels (data loading included)."""
-    prepare, config = recipe_configs(args, scenes, work / "cache", args.precision, ["data.feature_cache="])["captioning"]
+    prepare, config = recipe_configs(args, scenes, work / "cache", args.precision, [*args.overrides, "data.feature_cache="])["captioning"]
     trainer = build_trainer("pixels", prepare, config, device, work)
     trainer.batches.set_epoch(1)
     images, steps, started = 0, 0, None
@@ -344,7 +375,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="attnkit-gpu-check-") as folder:
         work = Path(folder)
         scenes = write_scene_dataset(work / "scenes", {"train": 16 if args.tiny else args.scenes, "valid": 4}, seed=0, size=32 if args.tiny else 128)
-        configs = {precision: recipe_configs(args, scenes, work / "cache", precision) for precision in (args.precision, "fp32")}
+        configs = {precision: recipe_configs(args, scenes, work / "cache", precision, args.overrides) for precision in (args.precision, "fp32")}
 
         def for_each_recipe(measure: Callable[[str, float], dict], deadline: float) -> dict:
             results = {}
@@ -388,7 +419,7 @@ def main(argv=None) -> int:
         }
         for name in steps:
             run_step(log, name, limit(name), work_of[name])
-    return print_result({"benchmark": "gpu_smoke", "device": str(device), "tiny": args.tiny, "steps": log.steps}, None)
+    return print_result({"benchmark": "gpu_smoke", "device": str(device), "tiny": args.tiny, "overrides": args.overrides, "steps": log.steps}, None)
 
 
 if __name__ == "__main__":

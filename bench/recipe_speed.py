@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from attnkit.config import load_config, to_dict
+from attnkit.data.batching import BatchLimit
 from attnkit.data.text import ParallelTextDataset
 from attnkit.distributed import Distributed, choose_threads, resolve_device
 from attnkit.errors import UserError, run_cli
@@ -88,12 +89,17 @@ def measure(
     reported = timed.train_epoch(1)["train_tokens_per_s"]
     seconds = time.perf_counter() - started
     flops = flops_per_token(setup.model, setup.objective, sample)
+    timed.batches.set_epoch(1)  # the timed epoch's batches again: their padded size (rows x longest target)
+    padded = [len(batch) * max(len(sample.target_ids[i]) for i in batch) for batch in timed.batches]
     return {
         "config": project_path(config_path),
         "family": setup.config.decoder.family,
         "precision": setup.config.train.precision,
         "parameters": count_parameters(setup.model),
         "batch_size": config.train.batch_size,
+        "batches": str(BatchLimit.of(config.train)),
+        "steps": len(padded),
+        "padded_target_tokens_per_batch": round(sum(padded) / len(padded), 1),
         "pairs": len(sample),
         "target_tokens": tokens,
         "seconds": round(seconds, 2),
@@ -119,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             result = measure(config_path, dataset, args.pairs, args.seed, Path(scratch) / str(index), args.overrides, device)
             print(
                 f"{result['config']}: {result['tokens_per_s']:,.0f} target tokens/s ({result['pairs']} pairs, {result['seconds']} s; "
-                f"{result['parameters']:,} parameters, {result['matmul_flops_per_token'] / 1e6:.1f} MFLOP per token, {result['sustained_gflops']} GFLOP/s)"
+                f"{result['parameters']:,} parameters, {result['matmul_flops_per_token'] / 1e6:.1f} MFLOP per token, {result['sustained_gflops']} GFLOP/s; "
+                f"batches of {result['batches']}: {result['steps']}, {result['padded_target_tokens_per_batch']:,.0f} padded target tokens each)"
             )
             results.append(result)
     first = results[0]["tokens_per_s"]

@@ -169,3 +169,17 @@ def test_an_unknown_normaliser_is_one_message():
 
     with pytest.raises(UserError, match="decoder.normaliser.*softmax.*sparsemax.*entmax15"):
         load_config(None, ["decoder.normaliser=sparsest"])
+
+
+def test_cuda_attention_never_lets_cudnn_build_a_graph_per_shape():
+    """On CUDA the fused kernel may be flash, memory-efficient or the plain one, never cuDNN's (7x slower in bf16 on
+    the GPU check's H200, shapes changing every batch); on the CPU PyTorch's own choice stands."""
+    from attnkit.attention import fused_attention_backends
+
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # PyTorch's default
+    with fused_attention_backends(torch.device("cuda", 0)):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    with fused_attention_backends(torch.device("cpu")):
+        assert torch.backends.cuda.cudnn_sdp_enabled()

@@ -78,6 +78,7 @@ def _train_worker(rank: int, world: int, port: int, task: str, overrides: list[s
     def fit_and_sum_weights(self):  # each rank's weights after training, summed: equal ranks stayed in step
         progress = fit(self)
         trained["weights"] = float(sum(p.detach().double().sum() for p in self.model.parameters()))
+        trained["steps"] = progress.step
         return progress
 
     Trainer.fit = fit_and_sum_weights
@@ -110,17 +111,22 @@ def small_toy(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_two_ranks_of_batch_b_train_exactly_as_one_process_of_batch_2b(small_toy, tmp_path):
+@pytest.mark.parametrize("limit", ["train.batch_size", "train.batch_tokens"])
+def test_two_ranks_of_batch_b_train_exactly_as_one_process_of_batch_2b(small_toy, tmp_path, limit):
     """Dropout off: every rank takes half of each global batch and the loss is normalised by the global batch's
-    tokens, so the gradients (and after a few Adam steps, the weights) equal one process with twice the batch."""
+    tokens, so the gradients (and after a few Adam steps, the weights) equal one process with twice the batch.
+    With token batches too: the ranks cut the same global batches (2 x batch_tokens), so they take the same steps."""
     from attnkit.translation import train_translation
 
     common = [f"data.path={small_toy}", *LEARNS, "train.epochs=2", "train.device=cpu", "train.label_smoothing=0.1"]
-    train_translation(load_config(None, [*common, "train.batch_size=32", f"output_dir={tmp_path / 'one'}"]), progress_bar=False, log=lambda _: None)
-    reports = train_on_two_ranks("translation", [*common, "train.batch_size=16", f"output_dir={tmp_path / 'two'}"], tmp_path / "report")
+    size = 16 if limit == "train.batch_size" else 60  # 60 tokens: about 10 of the toy's targets, 4 to 8 tokens long
+    train_translation(load_config(None, [*common, f"{limit}={2 * size}", f"output_dir={tmp_path / 'one'}"]), progress_bar=False, log=lambda _: None)
+    reports = train_on_two_ranks("translation", [*common, f"{limit}={size}", f"output_dir={tmp_path / 'two'}"], tmp_path / "report")
 
     one, two = weights(tmp_path / "one" / "last.pt"), weights(tmp_path / "two" / "last.pt")
-    assert load_checkpoint(tmp_path / "two" / "last.pt").training["progress"]["step"] == 6  # 3 global batches x 2 epochs
+    steps = load_checkpoint(tmp_path / "one" / "last.pt").training["progress"]["step"]
+    assert reports[0]["steps"] == reports[1]["steps"] == steps  # every rank took the one process's steps
+    assert steps == 6 if limit == "train.batch_size" else steps > 6  # 3 global batches x 2 epochs; 120 tokens hold fewer than 32 targets
     for name in one:
         torch.testing.assert_close(two[name], one[name], rtol=1e-4, atol=1e-5, msg=name)
     assert reports[1]["printed"] == [] and any("rank 0 of 2" in line for line in reports[0]["printed"])  # only rank 0 speaks

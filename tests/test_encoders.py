@@ -229,3 +229,20 @@ def test_a_transformer_encoder_setting_that_cannot_work_is_one_message_naming_it
         load_config(None, [f"text_encoder.{name}={value}" for name, value in {**TRANSFORMER, **settings}.items()])
     with pytest.raises(UserError, match="config key image_encoder.heads"):
         load_config(None, ["image_encoder.self_attention_layers=1", "image_encoder.memory_size=12", "image_encoder.heads=5"])
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
+def test_a_transformer_encoder_reads_a_batch_padded_past_its_learned_positions_alike(positions):
+    """On CUDA a batch is padded to a multiple of 8, past a learned-position table as long as the longest source
+    (max_positions 6 here): the real words' memory is unchanged."""
+    from attnkit.data.batching import Batch
+
+    config = TextEncoderConfig(family="transformer", embedding_size=8, hidden_size=8, num_layers=1, heads=2, feedforward_size=16, dropout=0.0, positions=positions, max_positions=6)
+    torch.manual_seed(0)
+    encoder = build_text_encoder(config, 12).eval()
+    tokens = pad_sequences([[4, 5, 6, 7, 8, 9], [6, 7], [10]])
+    padded = Batch(tokens, None, torch.arange(3)).padded_to_multiple(8).source
+    assert padded.ids.shape == (3, 8)
+    plain, wide = encoder(tokens), encoder(padded)
+    torch.testing.assert_close(wide.memory[:, :6], plain.memory)
+    assert wide.memory[:, 6:].abs().sum() == 0

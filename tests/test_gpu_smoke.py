@@ -25,7 +25,7 @@ def steps_of(folder: Path) -> dict:
 
 @pytest.mark.slow
 def test_the_gpu_check_runs_every_step_on_a_cpu_under_bf16(tmp_path, capsys, gpu_smoke):
-    assert gpu_smoke.main(["--device", "cpu", "--tiny", "--precision", "bf16", "--out", str(tmp_path)]) == 0
+    assert gpu_smoke.main(["--device", "cpu", "--tiny", "--precision", "bf16", "--out", str(tmp_path), "--set", "train.batch_tokens=200"]) == 0
     steps = steps_of(tmp_path)
     assert list(steps) == list(gpu_smoke.STEPS)
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == steps  # the last stdout line holds them all
@@ -45,6 +45,8 @@ def test_the_gpu_check_runs_every_step_on_a_cpu_under_bf16(tmp_path, capsys, gpu
     for name, recipe in steps["training"]["recipes"].items():  # bf16 and fp32 from the same seed take the same steps
         assert recipe["bf16"]["steps"] == recipe["fp32"]["steps"] >= 2, name
         assert recipe["bf16"]["train_loss_last_epoch"] == pytest.approx(recipe["fp32"]["train_loss_last_epoch"], abs=0.05), name
+        assert all(0 < recipe[precision]["kernel_share"] <= 1.5 for precision in ("bf16", "fp32")), name
+        assert recipe["bf16"]["batches"] == "up to 200 target tokens", name
     assert all(recipe["beam5"]["sentences"] > 0 for recipe in steps["decoding"]["recipes"].values())
     assert steps["round_trip"]["exit_codes"] == {"train": 0, "resume": 0, "evaluate": 0} and steps["round_trip"]["epochs_logged"] == [1, 2, 3]
     assert steps["pixels"]["images_per_s"] > 0

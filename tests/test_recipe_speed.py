@@ -54,3 +54,11 @@ def test_the_chosen_device_reaches_the_recipe(recipe_speed, toy_data, tmp_path, 
     monkeypatch.setattr(recipe_speed, "prepare_translation", spy)
     result = recipe_speed.measure("tasks/configs/tiny.yaml", toy_data, pairs=64, seed=1, scratch=tmp_path, device=torch.device("cpu"))
     assert seen == {"config": "cpu", "context": torch.device("cpu")} and result["tokens_per_s"] > 0
+
+
+def test_token_batches_are_timed_and_their_padded_size_reported(recipe_speed, toy_data, tmp_path):
+    by_examples = recipe_speed.measure("tasks/configs/tiny.yaml", toy_data, pairs=200, seed=1, scratch=tmp_path / "a")
+    by_tokens = recipe_speed.measure("tasks/configs/tiny.yaml", toy_data, pairs=200, seed=1, scratch=tmp_path / "b", overrides=["train.batch_tokens=60"])
+    assert by_examples["batches"] == "16 examples" and by_examples["steps"] == 13  # 200 pairs / 16
+    assert by_tokens["batches"] == "up to 60 target tokens" and 0 < by_tokens["padded_target_tokens_per_batch"] <= 60
+    assert by_tokens["target_tokens"] == by_examples["target_tokens"] and by_tokens["steps"] > by_examples["steps"]

@@ -154,6 +154,17 @@ def test_train_refuses_to_overwrite_and_resumes(checkpoint, capsys):
     assert torch.load(run_dir / "best.pt", weights_only=True)["task"] == "translation"
 
 
+def test_token_batches_too_small_for_a_target_are_one_message_and_leave_the_run_alone(checkpoint, capsys):
+    run_dir = checkpoint.parent
+    before = {path.name: path.read_bytes() for path in run_dir.iterdir() if path.is_file()}
+    data = f"data.path={load_checkpoint(checkpoint).config['data']['path']}"
+    argv = [*TINY, "--set", data, "--set", f"output_dir={run_dir}", "--set", "train.batch_tokens=4", "--overwrite"]
+    assert run_cli(train.main, argv) == 2
+    err = capsys.readouterr().err
+    assert "train.batch_tokens: 4 is smaller than the longest training example" in err and "Traceback" not in err, err
+    assert {path.name: path.read_bytes() for path in run_dir.iterdir() if path.is_file()} == before
+
+
 @pytest.mark.slow
 def test_demo_runs_on_the_embedded_corpus_and_lists_its_outputs(tmp_path, capsys):
     run_dir = tmp_path / "demo"

@@ -39,12 +39,13 @@ def test_a_tiny_model_learns_to_reverse(toy_data, tmp_path, style):
     assert exact >= 0.95, f"only {exact:.0%} exact reversals"
 
 
-def test_resume_continues_exactly_where_the_run_stopped(toy_data, tmp_path):
+@pytest.mark.parametrize("batches", [[], ["train.batch_tokens=150"]], ids=["examples", "tokens"])
+def test_resume_continues_exactly_where_the_run_stopped(toy_data, tmp_path, batches):
     quiet = dict(progress_bar=False, log=lambda _: None)
-    straight = toy_config(toy_data, tmp_path / "straight", "train.epochs=3")
+    straight = toy_config(toy_data, tmp_path / "straight", "train.epochs=3", *batches)
     train_translation(straight, **quiet)
 
-    interrupted = toy_config(toy_data, tmp_path / "resumed", "train.epochs=2")
+    interrupted = toy_config(toy_data, tmp_path / "resumed", "train.epochs=2", *batches)
     train_translation(interrupted, **quiet)
     last = load_checkpoint(tmp_path / "resumed" / "last.pt")
     continued = from_dict(ExperimentConfig, apply_overrides(last.config, ["train.epochs=3"]))
@@ -210,3 +211,63 @@ def test_device_and_precision_resolution():
             resolve_device("cuda")
     with pytest.raises(UserError, match="unknown device"):
         resolve_device("tpu")
+
+
+
+TRANSFORMER = [
+    "text_encoder.family=transformer", "text_encoder.embedding_size=16", "text_encoder.hidden_size=16", "text_encoder.num_layers=1",
+    "text_encoder.heads=2", "text_encoder.feedforward_size=32", "text_encoder.dropout=0", "decoder.family=transformer",
+    "decoder.embedding_size=16", "decoder.hidden_size=16", "decoder.num_layers=1", "decoder.heads=2", "decoder.feedforward_size=32",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("family", ["rnn", "transformer"])
+def test_a_batch_padded_to_multiples_of_8_gives_the_same_loss_and_gradients(toy_data, tmp_path, family):
+    """What the trainer does on CUDA (few shapes): the padding is masked and unscored, by the cross-entropy, its
+    label smoothing and the attention penalty alike."""
+    from attnkit.distributed import Distributed
+    from attnkit.train import RunContext
+    from attnkit.translation import prepare_translation
+
+    losses = ["train.label_smoothing=0.1", "train.attention_regularization=0.5"]
+    config = toy_config(toy_data, tmp_path, *losses, *(TRANSFORMER if family == "transformer" else []))
+    torch.manual_seed(0)
+    setup = prepare_translation(config, None, RunContext(Distributed(), torch.device("cpu"), lambda _: None))
+    as_collated = setup.collate([setup.dataset[i] for i in range(16)])
+    padded = as_collated.padded_to_multiple(8)
+    (rows, source), target = as_collated.source.ids.shape, as_collated.target.shape[1]
+    assert padded.source.ids.shape == (rows, -(-source // 8) * 8)  # S rounded up
+    assert (padded.target.shape[1] - 1) % 8 == 0 and target <= padded.target.shape[1] < target + 8  # the decoder's T - 1 steps rounded up
+    results = []
+    for batch in (as_collated, padded):
+        setup.model.zero_grad()
+        loss = setup.objective(setup.model, batch).loss()
+        loss.backward()
+        results.append((loss.detach(), {name: p.grad.clone() for name, p in setup.model.named_parameters() if p.grad is not None}))
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    torch.testing.assert_close(loss_b, loss_a)
+    assert grads_a.keys() == grads_b.keys()
+    for name in grads_a:
+        torch.testing.assert_close(grads_b[name], grads_a[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_the_trainer_pads_its_batches_to_the_device_s_multiple(toy_data, tmp_path, monkeypatch):
+    import attnkit.train
+
+    monkeypatch.setattr(attnkit.train, "length_multiple", lambda device: 8)  # as on CUDA
+    collate, seen = attnkit.train.padded_collate, []
+
+    def padded_and_seen(*args):
+        batch = collate(*args)
+        seen.append((batch.source.ids.shape[1], batch.target.shape[1]))
+        return batch
+
+    monkeypatch.setattr(attnkit.train, "padded_collate", padded_and_seen)
+    for family in ("rnn", "transformer"):
+        seen.clear()
+        settings = ["train.epochs=1", "train.valid_max_examples=8", *(TRANSFORMER if family == "transformer" else [])]
+        train_translation(toy_config(toy_data, tmp_path / family, *settings), progress_bar=False, log=lambda _: None)
+        assert len(seen) == 47 and all(source % 8 == 0 for source, _ in seen)  # 1,500 pairs / 32
+        # the target too where the decoder takes every step at once; an RNN decoder's loop would pay for its padding
+        padded_targets = [(target - 1) % 8 == 0 for _, target in seen]
+        assert all(padded_targets) if family == "transformer" else not all(padded_targets), family

@@ -29,12 +29,26 @@ values (legend there).
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnkit.errors import UserError
+
+# On an H200 the Transformer translator trained 7x slower in bf16 than in fp32, and its encoder ran cuDNN's fused
+# attention (BENCHMARKS.md, the GPU check). The suspected cause: cuDNN builds (and caches) a graph for every new
+# shape, and a batch's source length changes from step to step. Flash and memory-efficient attention take each
+# shape as it comes.
+CUDA_ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def fused_attention_backends(device: torch.device) -> contextlib.AbstractContextManager:
+    """The fused attention kernels ``scaled_dot_product_attention`` may choose from on ``device``: on CUDA all but
+    cuDNN's; elsewhere PyTorch's own choice."""
+    return sdpa_kernel(CUDA_ATTENTION_BACKENDS) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
@@ -299,6 +313,7 @@ class MultiHeadAttention(nn.Module):
             if not need_weights:
                 weights = None
         else:
-            attended = nn.functional.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, dropout_p=dropout, is_causal=causal)  # (B, h, K*T, d)
+            with fused_attention_backends(query.device):
+                attended = nn.functional.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, dropout_p=dropout, is_causal=causal)  # (B, h, K*T, d)
         attended = attended.transpose(1, 2).reshape(rows, steps, size)  # (B*K, T, M): heads side by side again
         return self.output(attended), weights

@@ -264,6 +264,7 @@ class DecoderConfig(_Checked):
 @dataclass(frozen=True)
 class TrainConfig(_Checked):
     batch_size: int = checked(64, at_least(1))  # sentences per batch (batches are bucketed by length)
+    batch_tokens: int = checked(0, at_least(0))  # cut batches by size instead: as many examples as fit in this many target tokens, padding and <bos>/<eos> included, per process (wins over batch_size; 0: off; attnkit.data.batching.BatchLimit)
     epochs: int = checked(20, at_least(1))
     lr: float = checked(1e-3, above(0))  # Adam
     weight_decay: float = checked(0.0, at_least(0))
@@ -372,6 +373,7 @@ class ExperimentConfig(_Checked):
             ("train.attention_supervision", train.attention_supervision, "is a loss on the reference captions' words"),
             ("train.importance_distillation", train.importance_distillation, "is a loss on the reference captions' words"),
             ("data.mosaic_share", self.data.mosaic_share, "adds mosaics whose references are one quadrant's"),
+            ("train.batch_tokens", train.batch_tokens, "cuts batches by the reference captions' lengths"),
         ):
             if value > 0:
                 raise UserError(f"config key {key}: it {why}, which train.objective=scst does not train on; set it to 0 for the SCST run")

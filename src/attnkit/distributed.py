@@ -10,7 +10,7 @@ that keep several processes right, by construction:
 * only rank 0 prints, validates and writes checkpoints and logs;
 * every rank sees the same *global* batches and takes its slice of each
   (:class:`ShardedBatchSampler`), so all ranks run the same task in the same step and
-  N ranks x batch B train exactly as one process with batch N x B.
+  N ranks x batch B train exactly as one process with batch N x B (B examples, or B target tokens).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from attnkit.captioning import (
 )  # fmt: skip
 from attnkit.checkpoint import Checkpoint, load_weights
 from attnkit.config import ExperimentConfig
-from attnkit.data.batching import Batch, BucketBatchSampler, TaskMixSampler
+from attnkit.data.batching import Batch, BatchLimit, BucketBatchSampler, TaskMixSampler
 from attnkit.data.captions import image_root, read_caption_split
 from attnkit.data.text import collate_pairs, read_parallel, resolve_languages
 from attnkit.errors import UserError
@@ -132,8 +132,8 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
     share = config.train.caption_share
     seed = config.train.seed
 
-    def batches(batch_size: int) -> TaskMixSampler:
-        tasks = [BucketBatchSampler(caption_keys, batch_size, seed=seed), BucketBatchSampler(text_set.lengths, batch_size, seed=seed)]
+    def batches(limit: BatchLimit) -> TaskMixSampler:
+        tasks = [BucketBatchSampler(caption_keys, limit, seed=seed), BucketBatchSampler(text_set.lengths, limit, seed=seed)]
         return TaskMixSampler(tasks, mix.offsets, [share, 1.0 - share], seed=seed)
 
     def validate(trained: nn.Module) -> dict:

@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from tqdm import tqdm
 
 from attnkit.checkpoint import Checkpoint, load_weights, save_checkpoint
 from attnkit.config import ExperimentConfig, TrainConfig, save_config, to_dict
-from attnkit.data.batching import BucketBatchSampler
+from attnkit.data.batching import BatchLimit, BucketBatchSampler, length_multiple, padded_collate
 from attnkit.distributed import Distributed, ShardedBatchSampler, autocast, choose_threads, loader_workers, resolve_device, resolve_precision
 from attnkit.errors import UserError
 from attnkit.optim import LearningRateSchedule, WeightAverage
@@ -41,7 +42,7 @@ from attnkit.run_folder import RunFolder, epoch_checkpoint_name
 from attnkit.watch import DrawAttention, TensorBoardLog, check_tensorboard
 
 Evaluate = Callable[[nn.Module], dict[str, Any]]
-BatchesFor = Callable[[int], torch.utils.data.Sampler]  # global batch size -> an epoch's batches (with set_epoch)
+BatchesFor = Callable[[BatchLimit], torch.utils.data.Sampler]  # the global batch's limit -> an epoch's batches (with set_epoch)
 
 
 @dataclass
@@ -93,7 +94,7 @@ class Trainer:
     ):
         """``parameter_groups``: Adam's groups (e.g. a lower learning rate for a fine-tuned backbone);
         default: every parameter that requires a gradient, at ``config.lr``. ``batches``: makes an epoch's
-        batches for a global batch size (``config.batch_size`` x ranks); default: length buckets of
+        batches for the global batch's limit (``config.batch_size`` or ``batch_tokens`` x ranks); default: length buckets of
         ``dataset.lengths``. ``idle_parameters``: some parameters get no gradient in a step (a joint model's
         other encoder), which DistributedDataParallel must be told. ``distributed`` / ``device``: where this
         process runs (default: from the ``torchrun`` environment and ``config.device``; the group is joined here).
@@ -129,10 +130,15 @@ class Trainer:
         self.progress = TrainingProgress(run_id=uuid.uuid4().hex)
         self.history: list[dict[str, Any]] = []  # one record per epoch; travels in the checkpoint, log.jsonl is written from it
 
-        global_batch = config.batch_size * self.distributed.world_size
+        global_batch = BatchLimit.of(config).times(self.distributed.world_size)
         epoch_batches = batches(global_batch) if batches is not None else BucketBatchSampler(dataset.lengths, global_batch, shuffle=True, seed=config.seed)
         self.batches = ShardedBatchSampler(epoch_batches, self.distributed.rank, self.distributed.world_size)
         on_cuda = self.device.type == "cuda"
+        self.length_multiple = length_multiple(self.device)
+        if self.length_multiple > 1:  # padded in the loader's workers, before the batches are pinned
+            # Target columns only for a decoder that takes every step at once: an RNN's loop would pay for them.
+            pad_targets = not getattr(getattr(model, "decoder", None), "trains_step_by_step", True)
+            collate = partial(padded_collate, collate, self.length_multiple, pad_targets)
         # On CUDA the loader works beside the GPU (pixels decoded, batches pinned): workers scaled to the cores.
         workers = config.num_workers or (loader_workers(self.distributed.local_world_size) if on_cuda else 0)
         # The loader draws its workers' base seed from this generator, not from the global one, so a resumed
@@ -451,7 +457,7 @@ def train_recipe(
             check_tensorboard(config.run_dir)  # a missing package, or a file where the events go, is said before any work
         threads = choose_threads(config.train.threads, distributed.local_world_size)
         torch.set_num_threads(threads)
-        log(f"{config.task} on {device}" + (f", rank 0 of {distributed.world_size}" if distributed.enabled else "") + f", {threads} CPU thread(s)")
+        log(f"{config.task} on {device}" + (f", rank 0 of {distributed.world_size}" if distributed.enabled else "") + f", {threads} CPU thread(s), batches of {BatchLimit.of(config.train)}")
         folder = RunFolder(config.run_dir)
         distributed.on_main(lambda: check_run_folder(folder, resume, overwrite))
         torch.manual_seed(config.train.seed)  # the same initial weights on every rank

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from attnkit.errors import UserError
 from attnkit.interfaces import PaddedTokens, Source
+from attnkit.vocab import Vocabulary
 
 
 def pad_sequences(sequences: Sequence[Sequence[int]], pad_index: int = 0) -> PaddedTokens:
@@ -84,44 +86,154 @@ class Batch:
             None if self.attention_gold is None else self.attention_gold.pin_memory(),
         )
 
+    def padded_to_multiple(self, multiple: int, targets: bool = True) -> "Batch":
+        """The same batch with more padding (id 0): a token source's S and, with ``targets``, the decoder's T - 1
+        steps rounded up to a multiple of ``multiple``. Padding is masked and unscored, so the loss and gradients
+        are the batch's own."""
+        if multiple <= 1:
+            return self
+        source, target = self.source, self.target
+        if isinstance(source, PaddedTokens):
+            source = PaddedTokens(pad_columns(source.ids, round_up(source.ids.shape[1], multiple)), source.lengths, source.host_lengths)  # (B, S')
+        if targets and target is not None:
+            target = pad_columns(target, round_up(target.shape[1] - 1, multiple) + 1)  # (B, T')
+        return replace(self, source=source, target=target)
+
+
+def round_up(length: int, multiple: int) -> int:
+    return -(-length // multiple) * multiple
+
+
+def pad_columns(ids: Tensor, width: int) -> Tensor:
+    """(B, L) -> (B, width), the new columns the pad id 0."""
+    return nn.functional.pad(ids, (0, width - ids.shape[1]), value=Vocabulary.pad_index)
+
+
+def length_multiple(device: torch.device) -> int:
+    """Training batches' token axes are padded up to a multiple of this on ``device``: 8 on CUDA, so a recipe's
+    batches come in a handful of shapes (kernels picked or graphs built per shape are reused, and tensor cores
+    work in multiples of 8); 1 elsewhere, where more padding is only more work."""
+    return 8 if device.type == "cuda" else 1
+
+
+def padded_collate(collate: Callable[[Sequence[Any]], Batch], multiple: int, targets: bool, examples: Sequence[Any]) -> Batch:
+    """``collate``'s batch padded to ``multiple`` (a module-level function, so a partial of it reaches loader workers)."""
+    return collate(examples).padded_to_multiple(multiple, targets)
+
+
+@dataclass(frozen=True)
+class BatchLimit:
+    """How large a training batch is: ``size`` examples, or, when ``tokens`` is set, as many examples as fit
+    in ``tokens`` target tokens, padding included (the rows x the longest target, <bos> and <eos> counted),
+    as fairseq's ``--max-tokens`` and Joey NMT's ``batch_type: token`` cut them. ``tokens`` wins over ``size``."""
+
+    size: int
+    tokens: int = 0
+    ranks: int = 1  # processes that share each batch (a global batch of a torchrun job)
+
+    @classmethod
+    def of(cls, train) -> "BatchLimit":
+        """A process's batch from a TrainConfig (``batch_size``, ``batch_tokens``)."""
+        return cls(train.batch_size, train.batch_tokens)
+
+    def times(self, ranks: int) -> "BatchLimit":
+        """The global batch of ``ranks`` processes that each take this one's share."""
+        return BatchLimit(self.size * ranks, self.tokens * ranks, self.ranks * ranks)
+
+    def __str__(self) -> str:
+        return f"up to {self.tokens} target tokens" if self.tokens else f"{self.size} examples"
+
+
+def target_tokens(sort_key: Any) -> int:
+    """An example's target length from its bucketing sort key: a length, or a tuple led by the target's length."""
+    return sort_key[0] if isinstance(sort_key, tuple) else sort_key
+
 
 class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
     """Batches of similar length: shuffle, sort within pools of ``pool_factor`` batches, cut, shuffle batches.
 
     Similar lengths waste little compute on padding; the pools keep epochs random.
     ``lengths`` holds one sort key per example: a length, or a tuple such as
-    (target length, source length).
+    (target length, source length). ``limit``: examples per batch, or a :class:`BatchLimit` of target tokens,
+    cut greedily along each sorted pool (a batch ends where one more example would pass the limit)::
+
+        a pool sorted by length   3 3 4 4 4 5 5 6 7 7 9                       limit: 16 tokens
+        its batches               [3 3 4 4] [4 5 5] [6 7] [7] [9]
+        rows x longest            16        15      14    7   9
+
+    A limit smaller than the longest example is refused (each process's share must hold it). With several
+    processes (``limit.ranks`` N), a pool's last batch with fewer than N rows joins the batch before it, so
+    every process gets a row of it (the global batch then passes the limit by less than N rows).
     """
 
-    def __init__(self, lengths: Sequence[Any], batch_size: int, shuffle: bool = True, pool_factor: int = 50, seed: int = 0):
+    def __init__(self, lengths: Sequence[Any], limit: BatchLimit | int, shuffle: bool = True, pool_factor: int = 50, seed: int = 0):
         self.lengths = list(lengths)
-        self.batch_size = batch_size
+        self.limit = limit if isinstance(limit, BatchLimit) else BatchLimit(limit)
         self.shuffle = shuffle
-        self.pool_size = batch_size * pool_factor
         self.seed = seed
         self.epoch = 0
+        self.target_lengths = [target_tokens(key) for key in self.lengths] if self.limit.tokens else []
+        if self.target_lengths and max(self.target_lengths) * self.limit.ranks > self.limit.tokens:
+            longest, share = max(self.target_lengths), self.limit.tokens // self.limit.ranks
+            raise UserError(
+                f"config key train.batch_tokens: {share} is smaller than the longest training example ({longest} target tokens); "
+                f"raise it to at least {longest}, or use train.batch_size"
+            )
+        # A pool holds about pool_factor batches' worth of examples, whichever way batches are cut.
+        mean_length = max(1.0, sum(self.target_lengths) / len(self.target_lengths)) if self.target_lengths else 1.0
+        rows = self.limit.tokens / mean_length if self.target_lengths else self.limit.size
+        self.pool_size = max(1, round(rows * pool_factor))
+        self._cut_epoch: tuple[int, list[list[int]]] | None = None  # the last epoch cut and its batches (len() and iter() share them)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def _batches(self) -> list[list[int]]:
-        rng = random.Random(self.seed + self.epoch)
+    def _cut(self, pool: list[int]) -> list[list[int]]:
+        if not self.limit.tokens:
+            return [pool[i : i + self.limit.size] for i in range(0, len(pool), self.limit.size)]
+        batches, batch, longest = [], [], 0
+        for example in pool:
+            longest_if_added = max(longest, self.target_lengths[example])
+            if batch and (len(batch) + 1) * longest_if_added > self.limit.tokens:
+                batches.append(batch)
+                batch, longest_if_added = [], self.target_lengths[example]
+            batch.append(example)
+            longest = longest_if_added
+        if batches and len(batch) < self.limit.ranks:  # too few rows to share: they join the batch before
+            batches[-1] += batch
+        elif batch:
+            batches.append(batch)
+        return batches
+
+    def batches_of_epoch(self, epoch: int) -> list[list[int]]:
+        """Epoch ``epoch``'s batches: they follow from the seed and the epoch alone (an exact resume needs no more)."""
+        if self._cut_epoch is None or self._cut_epoch[0] != epoch:
+            self._cut_epoch = (epoch, self._batches_of_epoch(epoch))
+        return self._cut_epoch[1]
+
+    def _batches_of_epoch(self, epoch: int) -> list[list[int]]:
+        rng = random.Random(self.seed + epoch)
         order = list(range(len(self.lengths)))
         if self.shuffle:
             rng.shuffle(order)
         batches = []
         for start in range(0, len(order), self.pool_size):
-            pool = sorted(order[start : start + self.pool_size], key=self.lengths.__getitem__)
-            batches += [pool[i : i + self.batch_size] for i in range(0, len(pool), self.batch_size)]
+            batches += self._cut(sorted(order[start : start + self.pool_size], key=self.lengths.__getitem__))
         if self.shuffle:
             rng.shuffle(batches)
         return batches
 
     def __iter__(self) -> Iterator[list[int]]:
-        return iter(self._batches())
+        return iter(self.batches_of_epoch(self.epoch))
+
+    def count(self, epoch: int) -> int:
+        """How many batches epoch ``epoch`` has (with a token limit it varies a little from epoch to epoch)."""
+        if not self.limit.tokens:
+            return (len(self.lengths) + self.limit.size - 1) // self.limit.size
+        return len(self.batches_of_epoch(epoch))
 
     def __len__(self) -> int:
-        return (len(self.lengths) + self.batch_size - 1) // self.batch_size if self.lengths else 0
+        return self.count(self.epoch)
 
 
 class TaskMixSampler(torch.utils.data.Sampler[list[int]]):
@@ -146,8 +258,8 @@ class TaskMixSampler(torch.utils.data.Sampler[list[int]]):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def __len__(self) -> int:
-        return sum(len(sampler) for sampler, share in zip(self.samplers, self.shares) if share > 0)
+    def __len__(self) -> int:  # from the epoch alone, not from where the task streams stand (an exact resume)
+        return sum(sampler.count(self.epoch * 1000) for sampler, share in zip(self.samplers, self.shares) if share > 0)
 
     def __iter__(self) -> Iterator[list[int]]:
         rng = random.Random(f"{self.seed}-{self.epoch}")

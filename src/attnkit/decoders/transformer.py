@@ -110,6 +110,7 @@ class TransformerDecoder(nn.Module):
     """The ``transformer`` decoder family."""
 
     reading_offset = 1  # see the module docstring
+    trains_step_by_step = False  # every target step at once (causal self-attention)
 
     def __init__(self, config: DecoderConfig, vocab_size: int, memory_size: int, init_size: int, pad_index: int = 0):
         super().__init__()  # init_size: a Transformer starts from no state; the memory is all it reads

@@ -50,12 +50,22 @@ def _mean_of_real(memory: Tensor, mask: Tensor) -> Tensor:
 def pack_from_host_lengths(embedded: Tensor, host_lengths: Tensor) -> PackedSequence:
     """``embedded`` (B, S, E) packed for an RNN, as ``pack_padded_sequence(..., enforce_sorted=False)`` packs it, from
     the lengths' host copy and without waiting for the GPU: that function copies its sort order to the device
-    with a blocking copy (a host synchronisation every batch); here the orders travel with non_blocking copies."""
+    with a blocking copy (a host synchronisation every batch); here the orders travel with non_blocking copies.
+    Unpack with :func:`unpack_in_batch_order`, which reads nothing back either."""
     sorted_lengths, order = torch.sort(host_lengths, descending=True)  # on the host
     to_device = lambda indices: indices.to(embedded.device, non_blocking=True)  # noqa: E731
     sorted_indices, unsorted_indices = to_device(order), to_device(torch.argsort(order))
     packed = pack_padded_sequence(embedded.index_select(0, sorted_indices), sorted_lengths, batch_first=True)
     return PackedSequence(packed.data, packed.batch_sizes, sorted_indices, unsorted_indices)  # the RNN and unpacking restore the order
+
+
+def unpack_in_batch_order(outputs: PackedSequence, total_length: int) -> Tensor:
+    """``pad_packed_sequence(outputs, batch_first=True, total_length=...)``'s padded output (B, S, D), without the
+    lengths it also returns: torch reorders those with the batch order copied to the host, a blocking read of the
+    GPU every batch (the bi-GRU recipe's one host synchronisation per step in the GPU check)."""
+    in_sorted_order = PackedSequence(outputs.data, outputs.batch_sizes)  # no indices: padded as sorted
+    padded, _ = pad_packed_sequence(in_sorted_order, batch_first=True, total_length=total_length)  # (B, S, D), longest first
+    return padded.index_select(0, outputs.unsorted_indices)  # (B, S, D) in the batch's order
 
 
 class TransformerTextEncoder(nn.Module):
@@ -89,7 +99,9 @@ class TransformerTextEncoder(nn.Module):
         if self.learned_positions is None:
             positions = sinusoidal_positions(ids.shape[1], self.output_size, ids.device).to(embedded.dtype)
         else:
-            positions = self.learned_positions(torch.arange(ids.shape[1], device=ids.device))  # (S, M); the config keeps S within them
+            # (S, M): the config keeps every real word within the table; padding past it (a batch padded to a multiple
+            # of 8 on CUDA) reads the last code, and padding is masked
+            positions = self.learned_positions(torch.arange(ids.shape[1], device=ids.device).clamp(max=self.max_length - 1))
         return self.dropout(embedded + positions), _real_positions(ids, source.lengths)
 
 
@@ -128,7 +140,7 @@ class TextEncoder(nn.Module):
         packed = pack_from_host_lengths(to_fp32(embedded), source.host_lengths)
         with without_autocast():  # recurrent layers run in fp32 (attnkit.precision)
             outputs, final = self.rnn(packed)
-        memory, _ = pad_packed_sequence(outputs, batch_first=True, total_length=ids.shape[1])  # (B, S, D)
+        memory = unpack_in_batch_order(outputs, total_length=ids.shape[1])  # (B, S, D)
         if isinstance(final, tuple):  # LSTM: (h, c); the summary uses h
             final = final[0]
         directions = 2 if self.config.bidirectional else 1
