@@ -134,11 +134,11 @@ class Trainer:
         epoch_batches = batches(global_batch) if batches is not None else BucketBatchSampler(dataset.lengths, global_batch, shuffle=True, seed=config.seed)
         self.batches = ShardedBatchSampler(epoch_batches, self.distributed.rank, self.distributed.world_size)
         on_cuda = self.device.type == "cuda"
-        self.length_multiple = length_multiple(self.device)
-        if self.length_multiple > 1:  # padded in the loader's workers, before the batches are pinned
+        multiple = length_multiple(self.device)
+        if multiple > 1:  # padded in the loader's workers, before the batches are pinned
             # Target columns only for a decoder that takes every step at once: an RNN's loop would pay for them.
             pad_targets = not getattr(getattr(model, "decoder", None), "trains_step_by_step", True)
-            collate = partial(padded_collate, collate, self.length_multiple, pad_targets)
+            collate = partial(padded_collate, collate, multiple, pad_targets)
         # On CUDA the loader works beside the GPU (pixels decoded, batches pinned): workers scaled to the cores.
         workers = config.num_workers or (loader_workers(self.distributed.local_world_size) if on_cuda else 0)
         # The loader draws its workers' base seed from this generator, not from the global one, so a resumed
