@@ -90,11 +90,12 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", help="cuda | cuda:N | cpu")
     parser.add_argument("--out", required=True, help="folder for steps.jsonl (created; e.g. the device call's $OUT)")
-    parser.add_argument("--precision", default="auto", help="the mixed precision measured beside fp32: auto (bf16 on a capable GPU) | bf16 | fp16")
+    parser.add_argument("--precision", default="bf16", choices=("bf16", "fp16"), help="the mixed precision measured beside fp32 + TF32 (train.precision auto is fp32)")
     parser.add_argument("--steps", type=int, default=200, help="optimizer steps per recipe and precision in the training step")
     parser.add_argument("--scenes", type=int, default=1000, help="generated training scenes for the captioning and joint recipes")
     parser.add_argument("--recipes", default=",".join(RECIPES))
     parser.add_argument("--only", default=",".join(STEPS), help="the steps to run (comma-separated)")
+    parser.add_argument("--limit-scale", type=float, default=1.0, help="multiplies every step's time limit (e.g. 0.7 to leave a device call's time to another run)")
     parser.add_argument("--tiny", action="store_true", help="tiny models and data (a path check, not a measurement)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="a config override for every recipe the steps measure (not the round trip's tiny recipe), e.g. train.batch_tokens=8500 (repeatable)")
     return parser
@@ -368,8 +369,10 @@ def main(argv=None) -> int:
         unknown = sorted(set(names) - set(known))
         if unknown:
             raise UserError(f"unknown {what} {', '.join(unknown)}; choose from {', '.join(known)}")
+    if args.limit_scale <= 0:
+        raise UserError(f"--limit-scale must be above 0, not {args.limit_scale:g}")
     log = StepLog(Path(args.out))
-    scale = 0.2 if args.tiny else 1.0  # a CPU's tiny run gets the same structure and shorter limits
+    scale = (0.2 if args.tiny else 1.0) * args.limit_scale  # a CPU's tiny run gets the same structure and shorter limits
     limit = lambda name: LIMITS[name] * (1 if device.type == "cuda" else 3) * scale + (30 if args.tiny else 0)  # noqa: E731
     train_steps = 2 if args.tiny else args.steps
     with tempfile.TemporaryDirectory(prefix="attnkit-gpu-check-") as folder:

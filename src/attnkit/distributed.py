@@ -82,12 +82,16 @@ def _device_named(name: str) -> torch.device:
 
 
 def resolve_precision(name: str, device: torch.device) -> torch.dtype:
-    """Autocast dtype: ``auto`` is bf16 on CUDA that supports it, fp16 on older CUDA, fp32 on CPU."""
+    """Autocast dtype: ``auto`` is fp32 on every device (TF32 matrix products on CUDA, see resolve_device).
+
+    Mixed precision is a recipe's choice, not the default: on an NVIDIA H200 with GPU-sized token batches, bf16
+    autocast trained five of the six recipes' models 7-25 % slower than fp32 + TF32 (BENCHMARKS.md, "Fast on a GPU,
+    issue 47: on an H200"). These models leave the GPU idle most of a step, so the cast of every weight and the
+    autocast dispatch cost more than bf16's products save. A recipe measured faster in bf16 sets it.
+    """
     choices = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     if name == "auto":
-        if device.type != "cuda":
-            return torch.float32
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
     if name not in choices:
         raise UserError(f"precision must be auto, fp32, bf16 or fp16, got '{name}'")
     return choices[name]
