@@ -28,9 +28,10 @@ export PYTHONPATH=src:/tmp/site:.whl/lite PYTHONUNBUFFERED=1  # .whl/lite: BLEU 
 tokens=(--set train.batch_tokens=8500)  # the GPU recipe's batches: about 8 x the CPU recipes' 64 pairs (1,061 padded target tokens)
 recipes=translation_transformer,translation,captioning_transformer,multitask_transformer,captioning,multitask
 
-# Step limits 0.7 x (30 + 60 + 200) s; the outer timeout only for a hang past them.
+# Step limits 0.7 x (30 + 75 + 200) s = 214 s (five recipes' host syncs took 43 s on an H200); the outer
+# timeout only for a hang past them.
 # shellcheck disable=SC2086  # the EXTRA variables hold several options
-timeout 240 python3 bench/gpu_smoke.py --out "$out" --only environment,host_syncs,training --recipes "$recipes" \
+timeout 270 python3 bench/gpu_smoke.py --out "$out" --only environment,host_syncs,training --recipes "$recipes" \
     --steps 100 --limit-scale 0.7 "${tokens[@]}" ${GPU_CHECK_EXTRA:-} >"$out/gpu_smoke.log" 2>&1
 echo "gpu check: exit $? at ${SECONDS}s" | tee -a "$out/gpu_smoke.log"
 

@@ -67,6 +67,14 @@ def test_a_failing_step_is_recorded_and_the_next_one_runs(tmp_path, capsys, gpu_
     assert [list(lines) for lines in written] == [["environment"], ["environment", "host_syncs"]]  # each line on disk as its step ends
 
 
+def test_limit_scale_scales_every_steps_limit(tmp_path, gpu_smoke):
+    """What lets a device call share its minutes between the check and another run (bench/gpu_check_on_device.sh)."""
+    for scale in (1, 0.5):
+        assert gpu_smoke.main(["--device", "cpu", "--tiny", "--out", str(tmp_path), "--only", "environment", "--limit-scale", str(scale)]) == 0
+        tiny_cpu_limit = gpu_smoke.LIMITS["environment"] * 3 * 0.2 * scale + 30  # a CPU's limits x 3, tiny's x 0.2, + 30 s
+        assert steps_of(tmp_path)["environment"]["limit_s"] == pytest.approx(tiny_cpu_limit)
+
+
 def test_a_step_past_its_limit_is_cut_and_recorded(tmp_path, gpu_smoke):
     log = gpu_smoke.StepLog(tmp_path)
 
@@ -80,7 +88,12 @@ def test_a_step_past_its_limit_is_cut_and_recorded(tmp_path, gpu_smoke):
 
 @pytest.mark.parametrize(
     "argv, message",
-    [(["--recipes", "translation,nope"], "unknown recipe nope"), (["--only", "environment,speed"], "unknown step speed"), (["--device", "cuda:7"], "device 'cuda:7'")],
+    [
+        (["--recipes", "translation,nope"], "unknown recipe nope"),
+        (["--only", "environment,speed"], "unknown step speed"),
+        (["--device", "cuda:7"], "device 'cuda:7'"),
+        (["--limit-scale", "0"], "--limit-scale must be above 0"),
+    ],
 )
 def test_bad_options_are_one_error(tmp_path, capsys, gpu_smoke, argv, message):
     from attnkit.errors import run_cli
