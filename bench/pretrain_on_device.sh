@@ -9,8 +9,9 @@
 #   bash bench/pretrain_on_device.sh 6 560      # minutes per arm, seconds the whole call may take
 #
 # Training is fp32 with TF32 matmuls, as when BENCHMARKS.md's figures were measured (the Transformer translator then
-# ran 7x slower in bf16 there; since issue 47 it runs 1.1x faster in bf16, not re-measured for pre-training). What comes back in $OUT: run.log (the summary; its last line the JSON), table.md, heads.json,
-# heads.png and logs.tar.gz (each arm's log, result and log.jsonl).
+# ran 7x slower in bf16 there; since issue 47 it runs 1.1x faster in bf16, not re-measured for pre-training).
+# What comes back in $OUT: run.log (the summary; its last line the JSON), table.md, heads.json, heads.png and
+# logs.tar.gz (each arm's log, result and log.jsonl).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 minutes=${1:-6}

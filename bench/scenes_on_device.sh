@@ -9,9 +9,9 @@
 #   bash bench/scenes_on_device.sh 560               # seconds the whole call may take
 #
 # Training is fp32 (TF32 matmuls) as on the CPU; bf16 trained these scene models 18-25 % slower on an H200
-# (BENCHMARKS.md, "Fast on a GPU, issue 47: on an H200"). Each model stops by its own early stopping, as on the CPU; --minutes only caps
-# it. The Transformer gets whatever time the RNN left: where it runs out, the log says so and its checkpoints
-# still come back, to be evaluated elsewhere with --evaluate-only.
+# (BENCHMARKS.md, "Fast on a GPU, issue 47: on an H200"). Each model stops by its own early stopping, as on the
+# CPU; --minutes only caps it. The Transformer gets whatever time the RNN left: where it runs out, the log says so
+# and its checkpoints still come back, to be evaluated elsewhere with --evaluate-only.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deadline=$((SECONDS + ${1:-560}))

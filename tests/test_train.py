@@ -202,13 +202,12 @@ def test_bf16_autocast_trains_on_cpu(toy_data, tmp_path):
 
 def test_device_and_precision_resolution():
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
-    # auto never picks mixed precision, on a GPU either: bf16 ran five of the six recipes slower than fp32 + TF32
+    # auto never picks mixed precision, whatever the device: bf16 ran five of the six recipes slower than fp32 + TF32
     # on an H200 (BENCHMARKS.md, issue 47); a recipe measured faster in bf16 says so itself
-    for device in ("cpu", "cuda", "cuda:1"):
-        assert resolve_precision("auto", torch.device(device)) == torch.float32
-    assert resolve_precision("bf16", torch.device("cpu")) == torch.bfloat16
+    assert resolve_precision("auto") == torch.float32
+    assert resolve_precision("bf16") == torch.bfloat16
     with pytest.raises(UserError, match="precision"):
-        resolve_precision("fp8", torch.device("cpu"))
+        resolve_precision("fp8")
     if not torch.cuda.is_available():
         with pytest.raises(UserError, match="CUDA is not available"):
             resolve_device("cuda")

@@ -162,7 +162,7 @@ class Captioner:
             model = model_from_checkpoint(checkpoint)
         cache = _feature_cache(model.encoder_for("image"), cache_dir) if cache_dir else None
         device = resolve_device(device)
-        return cls(model, pipeline, config.search, device, cache, resolve_precision(config.train.precision, device))
+        return cls(model, pipeline, config.search, device, cache, resolve_precision(config.train.precision))
 
     @classmethod
     def from_checkpoints(cls, checkpoints: Sequence[str | Path | Checkpoint], device: str = "auto", cache_dir: str | Path | None = None) -> "Captioner":

@@ -81,7 +81,7 @@ def _device_named(name: str) -> torch.device:
     return device
 
 
-def resolve_precision(name: str, device: torch.device) -> torch.dtype:
+def resolve_precision(name: str) -> torch.dtype:
     """Autocast dtype: ``auto`` is fp32 on every device (TF32 matrix products on CUDA, see resolve_device).
 
     Mixed precision is a recipe's choice, not the default: on an NVIDIA H200 with GPU-sized token batches, bf16
@@ -89,9 +89,7 @@ def resolve_precision(name: str, device: torch.device) -> torch.dtype:
     issue 47: on an H200"). These models leave the GPU idle most of a step, so the cast of every weight and the
     autocast dispatch cost more than bf16's products save. A recipe measured faster in bf16 sets it.
     """
-    choices = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-    if name == "auto":
-        return torch.float32
+    choices = {"auto": torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     if name not in choices:
         raise UserError(f"precision must be auto, fp32, bf16 or fp16, got '{name}'")
     return choices[name]

@@ -107,7 +107,7 @@ class Trainer:
         self.evaluate = evaluate
         self.distributed = distributed or Distributed.from_environment()
         self.device = device or self.distributed.start(resolve_device(config.device))
-        self.dtype = resolve_precision(config.precision, self.device)
+        self.dtype = resolve_precision(config.precision)
         self.log = log if self.distributed.is_main else _silent
         self.watch = watch if self.distributed.is_main else None
 

@@ -73,7 +73,7 @@ class Translator:
         if model is None:
             model = model_from_checkpoint(checkpoint)
         device = resolve_device(device)
-        return cls(model, pipeline, config.search, device, resolve_precision(config.train.precision, device))
+        return cls(model, pipeline, config.search, device, resolve_precision(config.train.precision))
 
     def _prepare(self, sentence: str) -> tuple[list[str], bool]:
         """Source words for ``sentence``; raises UserError for input that cannot be translated."""
