@@ -98,7 +98,7 @@ anything runs): attnkit trains with ``train.device`` set to it and decodes with 
 Joey's config gets ``use_cuda: true`` (at the top, where Joey 2.3.0 reads it, and in ``training``); Joey
 takes no GPU index (its device is plain ``cuda`` and it counts every visible GPU), so its processes see only
 the chosen one (``CUDA_VISIBLE_DEVICES``). Joey's ``fp16`` stays false: it trains in fp32 at PyTorch's default
-matmul precision, while attnkit trains at the recipe's ``train.precision`` (auto: bf16 where the GPU has it)
+matmul precision, while attnkit trains at the recipe's ``train.precision`` (auto: fp32)
 and its fp32 uses TF32 matmuls, so the speeds are not at equal precision (``--set train.precision=fp32``
 comes closest). The thread count still applies to both. The JSON's ``device`` says where the race ran.
 
