@@ -37,14 +37,15 @@ def test_every_recipe_loads(path):
     assert config.name == path.stem
 
 
-def test_the_gpu_transformer_recipe_is_the_cpu_recipe_with_gpu_batches():
-    """multi30k_de_en_transformer_gpu.yaml changes the training schedule only: the model, data and search stay the
-    CPU recipe's, so its BLEU compares with the CPU recipe's."""
+@pytest.mark.parametrize("recipe, precision", [("multi30k_de_en_transformer", "bf16"), ("multi30k_de_en_subword", "auto")])
+def test_the_gpu_recipes_are_the_cpu_recipes_with_gpu_batches(recipe, precision):
+    """A *_gpu.yaml changes the training schedule only: the model, data and search stay the CPU recipe's, so its BLEU
+    compares with the CPU recipe's."""
     folder = CONFIGS[0].parent
-    cpu, gpu = (to_dict(load_config(folder / f"multi30k_de_en_transformer{suffix}.yaml")) for suffix in ("", "_gpu"))
+    cpu, gpu = (to_dict(load_config(folder / f"{recipe}{suffix}.yaml")) for suffix in ("", "_gpu"))
     changed = {key for key in cpu["train"] if cpu["train"][key] != gpu["train"][key]}
     assert changed == {"batch_tokens", "epochs", "lr", "warmup_steps", "patience", "max_minutes"}
-    assert gpu["train"]["batch_tokens"] > 0 and gpu["train"]["precision"] == "bf16"
+    assert gpu["train"]["batch_tokens"] > 0 and gpu["train"]["precision"] == precision
     for section in (cpu, gpu):
         del section["name"], section["train"]
     assert cpu == gpu
