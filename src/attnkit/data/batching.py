@@ -258,8 +258,12 @@ class TaskMixSampler(torch.utils.data.Sampler[list[int]]):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
+    def _task_epoch(self, cycle: int) -> int:
+        """The epoch a task's sampler is set to on its ``cycle``-th pass through its batches in this epoch."""
+        return self.epoch * 1000 + cycle  # distinct across epochs while a task starts over fewer than 1,000 times an epoch
+
     def __len__(self) -> int:  # from the epoch alone, not from where the task streams stand (an exact resume)
-        return sum(sampler.count(self.epoch * 1000) for sampler, share in zip(self.samplers, self.shares) if share > 0)
+        return sum(sampler.count(self._task_epoch(0)) for sampler, share in zip(self.samplers, self.shares) if share > 0)
 
     def __iter__(self) -> Iterator[list[int]]:
         rng = random.Random(f"{self.seed}-{self.epoch}")
@@ -270,6 +274,6 @@ class TaskMixSampler(torch.utils.data.Sampler[list[int]]):
     def _stream(self, task: int) -> Iterator[list[int]]:
         sampler, offset = self.samplers[task], self.offsets[task]
         for cycle in itertools.count():
-            sampler.set_epoch(self.epoch * 1000 + cycle)
+            sampler.set_epoch(self._task_epoch(cycle))
             for batch in sampler:
                 yield [offset + i for i in batch]
