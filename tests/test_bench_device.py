@@ -78,7 +78,7 @@ def test_caption_speed_loads_the_captioner_on_the_chosen_device(bench, monkeypat
     assert asked == ["cpu"] and capsys.readouterr().err == "error: stand-in: no checkpoint\n"
 
 
-DEVICE_SCRIPTS = ("device_wheels.sh", "scenes_on_device.sh", "gpu_check_on_device.sh")  # run on the lent GPU machine or for it
+DEVICE_SCRIPTS = ("device_wheels.sh", "scenes_on_device.sh", "gpu_check_on_device.sh", "captioning_on_device.sh")  # run on the lent GPU machine or for it
 
 
 @pytest.mark.parametrize("script", DEVICE_SCRIPTS)
@@ -111,3 +111,54 @@ def test_scenes_on_device_slims_a_checkpoint_to_what_evaluate_only_reads(vocab, 
     assert kept.training["optimizer"] == {} and kept.training["progress"] == progress
     assert all(torch.equal(kept.model[name], weight) for name, weight in model.state_dict().items())
     assert slim.stat().st_size < full.stat().st_size
+
+
+def test_device_stage_plans_as_few_even_parts_as_the_limit_allows(bench):
+    stage = bench("device_stage")
+    sizes = {f"images/{number:02d}.jpg": 10 for number in range(10)}  # 100 bytes
+    assert [len(part) for part in stage.plan_parts(sizes, 45)] == [4, 4, 2]  # ceil(100 / 45) parts, each <= 45
+    parts = stage.plan_parts(sizes, 90)
+    assert [len(part) for part in parts] == [6, 4]  # two parts, of even sizes: not 9 files and then 1
+    assert [name for part in parts for name in part] == sorted(sizes)  # every file once, in order
+    with pytest.raises(stage.StageError, match="images/big.jpg is .* more than one part may hold"):
+        stage.plan_parts({**sizes, "images/big.jpg": 46}, 45)
+
+
+def test_device_stage_splits_receives_and_checks_that_every_part_arrived(bench, tmp_path, capsys):
+    stage = bench("device_stage")
+    source = tmp_path / "flickr8k"
+    (source / "images").mkdir(parents=True)
+    for number in range(6):
+        (source / "images" / f"{number}.jpg").write_bytes(bytes([number]) * 3000)  # each one disk block
+    (source / "captions.txt").write_text("a dog runs\n")
+    folders = stage.split(source, "flickr8k", 3 * stage.BLOCK + stage.SPARE // 4, stage=tmp_path / ".stage")
+    assert [folder.name for folder in folders] == ["flickr8k-1", "flickr8k-2", "flickr8k-3"]
+    assert (folders[0] / "files" / "captions.txt").read_text() == "a dog runs\n"  # hard-linked or copied whole
+    destination = tmp_path / "there" / "flickr8k"
+    assert stage.main(["check", str(destination)]) == 1
+    assert "no part has arrived" in capsys.readouterr().err
+    assert stage.main(["receive", str(folders[1]), "--to", str(destination)]) == 0
+    assert "1 of 3 parts there, still to come: 1, 3" in capsys.readouterr().out
+    assert stage.main(["check", str(destination)]) == 1
+    assert capsys.readouterr().err == f"error: {destination}: parts 1, 3 of 3 have not arrived: make the device call (receive) of each first\n"
+    for folder in (folders[0], folders[2], folders[2]):  # a call repeated receives nothing twice
+        assert stage.main(["receive", str(folder), "--to", str(destination)]) == 0
+    assert stage.main(["check", str(destination)]) == 0
+    assert capsys.readouterr().out.endswith("all 3 parts arrived\n")
+    assert sorted(path.relative_to(destination).as_posix() for path in destination.rglob("*") if path.is_file() and ".staged" not in path.parts) == [
+        "captions.txt", *(f"images/{number}.jpg" for number in range(6))
+    ]  # fmt: skip
+    assert all((destination / "images" / f"{n}.jpg").read_bytes() == bytes([n]) * 3000 for n in range(6))
+    (destination / "images" / "4.jpg").write_bytes(b"cut")  # a file cut short counts as not arrived
+    assert stage.main(["check", str(destination)]) == 1
+    assert "part 2 of 3 has not arrived" in capsys.readouterr().err  # parts: captions.txt 0 1 | 2 3 4 | 5
+
+
+def test_device_stage_refuses_what_is_not_a_part_or_not_a_folder(bench, tmp_path, capsys):
+    stage = bench("device_stage")
+    assert stage.main(["receive", str(tmp_path)]) == 1
+    assert capsys.readouterr().err == f"error: {tmp_path} is not a part (no part.json): carry the folder bench/device_stage.py split made\n"
+    assert stage.main(["split", str(tmp_path / "absent")]) == 1
+    assert capsys.readouterr().err == f"error: {tmp_path / 'absent'} is not a folder\n"
+    assert stage.main(["split", str(tmp_path), "--part-mib", "0.5"]) == 1
+    assert "a part must hold more than 1 MiB" in capsys.readouterr().err
