@@ -139,7 +139,7 @@ def missing_parts(destination: Path) -> tuple[int, list[int]]:
     return total, [number for number in range(1, total + 1) if number not in complete]
 
 
-def main(argv: list[str] | None = None) -> int:
+def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = parser.add_subparsers(dest="verb", required=True)
     split_verb = verbs.add_parser("split", help="here: the folder's files as parts under .stage/")
@@ -152,7 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     check_verb = verbs.add_parser("check", help="there: exit 1, naming them, unless every part arrived")
     check_verb.add_argument("destination", type=Path)
     verbs.add_parser("clean", help="here: remove .stage/")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = get_args_parser().parse_args(argv)
     try:
         if args.verb == "split":
             tree = working_tree_bytes()
