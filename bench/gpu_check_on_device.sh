@@ -16,7 +16,11 @@
 #   bash bench/gpu_check_on_device.sh 582     # seconds the whole call may take (a call's limit is 600)
 #
 # TIME_TO_QUALITY_EXTRA, GPU_CHECK_EXTRA: more options for each step (e.g. "--quick --set train.device=cpu" and
-# "--device cpu --tiny", to try the script on a CPU first).
+# "--device cpu --tiny", to try the script on a CPU first). GPU_CHECK_SECONDS: the check's outer limit (270).
+# Whether train.compile pays (the training step four times a recipe: bf16 and fp32, eager and compiled; the
+# time-to-quality run then has no time left and is skipped, saying so), three recipes a call:
+#   GPU_CHECK_SECONDS=540 GPU_CHECK_EXTRA="--only environment,training --compile --limit-scale 1
+#       --recipes translation_transformer,captioning,multitask" bash bench/gpu_check_on_device.sh 582
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deadline=$((SECONDS + ${1:-582}))
@@ -31,7 +35,7 @@ recipes=translation_transformer,translation,captioning_transformer,multitask_tra
 # Step limits 0.7 x (30 + 90 + 200) s = 224 s (five recipes' host syncs took 43 s on an H200); the outer
 # timeout only for a hang past them.
 # shellcheck disable=SC2086  # the EXTRA variables hold several options
-timeout 270 python3 bench/gpu_smoke.py --out "$out" --only environment,host_syncs,training --recipes "$recipes" \
+timeout "${GPU_CHECK_SECONDS:-270}" python3 bench/gpu_smoke.py --out "$out" --only environment,host_syncs,training --recipes "$recipes" \
     --steps 100 --limit-scale 0.7 "${tokens[@]}" ${GPU_CHECK_EXTRA:-} >"$out/gpu_smoke.log" 2>&1
 echo "gpu check: exit $? at ${SECONDS}s" | tee -a "$out/gpu_smoke.log"
 

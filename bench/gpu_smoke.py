@@ -23,7 +23,9 @@ with its error and the next step runs. The steps:
    of the last epoch after the same steps from the same seed, peak memory, and the share of a few
    steps' wall time the kernels ran (``kernel_share``: the profiler's device time over wall time on
    CUDA; on a CPU its operators' own time), which says how much of a step is launches and Python.
-   ``--set train.batch_tokens=N`` measures every recipe with token batches.
+   ``--set train.batch_tokens=N`` measures every recipe with token batches. With ``--compile`` each precision is
+   measured again with ``train.compile`` (``bf16_compiled``, ``fp32_compiled``: the same seed and steps; the
+   compiling happens in the first epochs, the tokens/s are the last epoch's), which says whether compiling pays.
 5. ``decoding``: per recipe, greedy and beam-5 decoding speed on one batch of its training data.
 6. ``round_trip``: ``attnkit train`` (tiny recipe, 2 epochs) -> ``--resume`` to 3 epochs ->
    ``attnkit evaluate`` on its best checkpoint, on the chosen device.
@@ -97,6 +99,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", default=",".join(STEPS), help="the steps to run (comma-separated)")
     parser.add_argument("--limit-scale", type=float, default=1.0, help="multiplies every step's time limit (e.g. 0.7 to leave a device call's time to another run)")
     parser.add_argument("--tiny", action="store_true", help="tiny models and data (a path check, not a measurement)")
+    parser.add_argument("--compile", action="store_true", help="the training step also measures each precision with train.compile (torch.compile of the repeated parts)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="a config override for every recipe the steps measure (not the round trip's tiny recipe), e.g. train.batch_tokens=8500 (repeatable)")
     return parser
 
@@ -222,6 +225,14 @@ def train_for(trainer: Trainer, steps: int, deadline: float) -> dict:
     if time.perf_counter() < deadline:
         result["kernel_share"] = kernel_share(trainer, 2 if device.type == "cpu" else 20)
     return result
+
+
+def speed_ratios(measured: dict[str, dict], mixed: str) -> dict[str, float]:
+    """Last-epoch tokens/s of one variant over another's, for each pair the check decides by: the mixed precision
+    over fp32 (eager, and compiled), and compiled over eager (each precision)."""
+    pairs = [(mixed, "fp32"), (f"{mixed}_compiled", "fp32_compiled"), (f"{mixed}_compiled", mixed), ("fp32_compiled", "fp32")]
+    speed = {name: run.get("tokens_per_s_last_epoch") for name, run in measured.items()}
+    return {f"{a}/{b}": round(speed[a] / speed[b], 3) for a, b in pairs if speed.get(a) and speed.get(b)}
 
 
 def kernel_share(trainer: Trainer, steps: int) -> float:
@@ -373,12 +384,15 @@ def main(argv=None) -> int:
         raise UserError(f"--limit-scale must be above 0, not {args.limit_scale:g}")
     log = StepLog(Path(args.out))
     scale = (0.2 if args.tiny else 1.0) * args.limit_scale  # a CPU's tiny run gets the same structure and shorter limits
-    limit = lambda name: LIMITS[name] * (1 if device.type == "cuda" else 3) * scale + (30 if args.tiny else 0)  # noqa: E731
+    work_scale = {"training": 2.5 if args.compile else 1}  # --compile: twice the runs, and the compiling
+    limit = lambda name: LIMITS[name] * work_scale.get(name, 1) * (1 if device.type == "cuda" else 3) * scale + (30 if args.tiny else 0)  # noqa: E731
     train_steps = 2 if args.tiny else args.steps
     with tempfile.TemporaryDirectory(prefix="attnkit-gpu-check-") as folder:
         work = Path(folder)
         scenes = write_scene_dataset(work / "scenes", {"train": 16 if args.tiny else args.scenes, "valid": 4}, seed=0, size=32 if args.tiny else 128)
         configs = {precision: recipe_configs(args, scenes, work / "cache", precision, args.overrides) for precision in (args.precision, "fp32")}
+        # --compile: each precision once more with train.compile, under its own key (e.g. "bf16_compiled")
+        compiled = {f"{p}_compiled": recipe_configs(args, scenes, work / "cache", p, [*args.overrides, "train.compile=true"]) for p in configs} if args.compile else {}
 
         def for_each_recipe(measure: Callable[[str, float], dict], deadline: float) -> dict:
             results = {}
@@ -393,19 +407,19 @@ def main(argv=None) -> int:
             return {"recipes": results}
 
         def trainer_for(name: str, precision: str = args.precision) -> Trainer:
-            prepare, config = configs[precision][name]
+            prepare, config = {**configs, **compiled}[precision][name]
             return build_trainer(f"{name}-{precision}", prepare, config, device, work)
 
         trained: dict[str, tuple[Trainer, object]] = {}
 
         def training(name: str, deadline: float) -> dict:
             result = {}
-            for precision in (args.precision, "fp32"):  # same seed, same steps: the losses compare
+            for precision in (*configs, *compiled):  # same seed, same steps: the losses compare
                 trainer = trainer_for(name, precision)
                 result[precision] = train_for(trainer, train_steps, deadline)
                 if precision == args.precision:
                     trained[name] = (trainer, configs[precision][name][1].search)
-            return result
+            return {**result, "speed_ratios": speed_ratios(result, args.precision)}
 
         work_of = {
             "environment": lambda deadline: environment(device),

@@ -100,3 +100,25 @@ def test_bad_options_are_one_error(tmp_path, capsys, gpu_smoke, argv, message):
 
     assert run_cli(gpu_smoke.main, ["--tiny", "--device", "cpu", "--out", str(tmp_path), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_compile_measures_each_precision_compiled_too(tmp_path, gpu_smoke, monkeypatch):
+    """--compile: the same seed and steps with train.compile (traced with aot_eager here), and the ratios that say
+    whether bf16 and compiling pay."""
+    import torch
+
+    import attnkit.train
+
+    monkeypatch.setattr(attnkit.train, "COMPILE_BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    argv = ["--device", "cpu", "--tiny", "--out", str(tmp_path), "--only", "training", "--recipes", "translation,translation_transformer", "--compile"]
+    assert gpu_smoke.main(argv) == 0
+    training = steps_of(tmp_path)["training"]
+    assert training["status"] == "ok" and training["limit_s"] == pytest.approx(200 * 2.5 * 3 * 0.2 + 30)  # twice the runs, and compiling
+    for name, recipe in training["recipes"].items():
+        assert {"bf16", "fp32", "bf16_compiled", "fp32_compiled"} <= recipe.keys(), name
+        for precision in ("bf16", "fp32"):  # compiled from the same seed: the same steps, the same loss
+            eager, compiled = recipe[precision], recipe[f"{precision}_compiled"]
+            assert compiled["steps"] == eager["steps"] and compiled["train_loss_last_epoch"] == pytest.approx(eager["train_loss_last_epoch"], abs=1e-3), name
+        assert set(recipe["speed_ratios"]) == {"bf16/fp32", "bf16_compiled/fp32_compiled", "bf16_compiled/bf16", "fp32_compiled/fp32"}, name
+        assert recipe["speed_ratios"]["fp32_compiled/fp32"] == round(recipe["fp32_compiled"]["tokens_per_s_last_epoch"] / recipe["fp32"]["tokens_per_s_last_epoch"], 3)

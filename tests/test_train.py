@@ -273,3 +273,31 @@ def test_the_trainer_pads_its_batches_to_the_device_s_multiple(toy_data, tmp_pat
         # the target too where the decoder takes every step at once; an RNN decoder's loop would pay for its padding
         padded_targets = [(target - 1) % 8 == 0 for _, target in seen]
         assert all(padded_targets) if family == "transformer" else not all(padded_targets), family
+
+
+@pytest.mark.parametrize("family", ["bahdanau", "transformer"])
+def test_train_compile_compiles_the_repeated_parts_and_trains_as_eager(toy_data, tmp_path, monkeypatch, family):
+    """train.compile (traced here with aot_eager: the same graphs, no C++ or Triton build): the parts a step runs many
+    times are compiled in place, so the checkpoint's weights keep their names, and an epoch (validation decoding
+    included) ends with the weights eager training gives."""
+    import attnkit.train
+
+    monkeypatch.setattr(attnkit.train, "COMPILE_BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    model = TRANSFORMER if family == "transformer" else ["decoder.style=bahdanau", "decoder.score=additive", "decoder.rnn=lstm"]
+    expected = (
+        "encoders.text.layers.layers.0, decoder.layers.0" if family == "transformer" else "decoder._cell_step, decoder.attention"
+    )  # the Transformer layers; the RNN decoder's cell step and its attention
+    runs = {}
+    for compiled in (False, True):
+        run_dir = tmp_path / f"compile={compiled}"
+        lines: list[str] = []
+        config = toy_config(toy_data, run_dir, "train.epochs=1", "train.valid_max_examples=8", f"train.compile={compiled}", *model)
+        train_translation(config, progress_bar=False, log=lines.append)
+        runs[compiled] = (load_checkpoint(run_dir / "last.pt").model, lines)
+    (eager, eager_log), (compiled, compiled_log) = runs[False], runs[True]
+    assert f"compiled (torch.compile, dynamic shapes; each part compiles at its first call): {expected}" in compiled_log
+    assert not any(line.startswith("compiled") for line in eager_log)
+    assert compiled.keys() == eager.keys()
+    for name in eager:
+        torch.testing.assert_close(compiled[name], eager[name], rtol=1e-4, atol=1e-5, msg=name)

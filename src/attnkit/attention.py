@@ -240,6 +240,8 @@ def build_score(name: str, query_size: int, memory_size: int, attention_size: in
 class Attention(nn.Module):
     """Scores, the masked normaliser (softmax unless told) and the weighted sum of memory."""
 
+    compiled_whole = True  # train.compile: an RNN decoder runs it once a step (attnkit.train.compile_layers)
+
     def __init__(self, score: str, query_size: int, memory_size: int, attention_size: int, normaliser: str = SOFTMAX):
         super().__init__()
         self.score = build_score(score, query_size, memory_size, attention_size)

@@ -79,6 +79,8 @@ def grid_positions(height: int, width: int, size: int, device=None) -> Tensor:
 class SelfAttentionLayer(nn.Module):
     """One pre-norm encoder layer: self-attention over the real positions, then the feed-forward layer."""
 
+    compiled_whole = True  # train.compile (attnkit.train.compile_layers)
+
     def __init__(self, size: int, heads: int, feedforward_size: int, dropout: float):
         super().__init__()
         self.attention_norm = nn.LayerNorm(size)

@@ -72,6 +72,29 @@ def _silent(_: str) -> None:
     pass
 
 
+COMPILE_BACKEND = "inductor"  # torch.compile's default; the tests trace with "aot_eager" (no C++ or Triton build)
+
+
+def compile_layers(model: nn.Module, backend: str | None = None) -> list[str]:
+    """``train.compile``: ``torch.compile`` each part a training step runs many times, with dynamic shapes (batch rows
+    and lengths change from batch to batch; one graph serves them): every module whose class sets ``compiled_whole``
+    (the Transformer layers, the RNN decoder's attention) and every method a module names in ``compiled_methods``
+    (the RNN decoder's one-step cell). In place: weights, state-dict keys and checkpoints stay as they are. Returns
+    the names of the parts compiled, parents before what they hold (a part inside a compiled one is left to it)."""
+    compiled: list[str] = []
+    options = {"dynamic": True, "backend": backend or COMPILE_BACKEND}
+    for name, module in model.named_modules():
+        if any(name.startswith(f"{done}.") for done in compiled):
+            continue
+        if getattr(module, "compiled_whole", False):
+            module.compile(**options)
+            compiled.append(name)
+        for method in getattr(module, "compiled_methods", ()):
+            setattr(module, method, torch.compile(getattr(module, method), **options))
+            compiled.append(f"{name}.{method}")
+    return compiled
+
+
 class Trainer:
     def __init__(
         self,
@@ -113,6 +136,8 @@ class Trainer:
 
         self.model = model.to(self.device)
         self.train_model = model
+        if config.compile:
+            self.log(f"compiled (torch.compile, dynamic shapes; each part compiles at its first call): {', '.join(compile_layers(model)) or 'no part of this model'}")
         # With train.ema_decay, validation, best.pt and last.pt see the weights' moving average; last.pt also
         # keeps the weights being trained (training["trained_weights"]), which --resume goes on from.
         self.weight_average = WeightAverage(model, config.ema_decay) if config.ema_decay > 0 else None

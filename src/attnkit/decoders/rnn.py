@@ -87,6 +87,7 @@ class RNNDecoder(nn.Module):
     """The ``rnn`` decoder family: one RNN, one attention, the styles above."""
 
     trains_step_by_step = True  # its training loop runs once per target step: padded target columns cost it steps
+    compiled_methods = ("_cell_step",)  # train.compile: the fused cells of one step (attnkit.train.compile_layers)
 
     def __init__(self, config: DecoderConfig, vocab_size: int, memory_size: int, init_size: int, pad_index: int = 0):
         super().__init__()

@@ -69,6 +69,8 @@ class TransformerState:
 
 
 class TransformerDecoderLayer(nn.Module):
+    compiled_whole = True  # train.compile (attnkit.train.compile_layers)
+
     def __init__(self, size: int, heads: int, feedforward_size: int, memory_size: int, dropout: float, normaliser: str = SOFTMAX):
         super().__init__()
         self.self_norm = nn.LayerNorm(size)
