@@ -35,7 +35,7 @@ DESTINATION = Path("/tmp/attnkit-shared/data")  # outside the checkout: a call's
 CALL_LIMIT = 64 * 2**20  # what one device call carries, the working tree included
 SPARE = 2**20
 BLOCK = 4096  # sizes are counted as disk blocks (what du counts), whichever way the call's 64 MiB is measured
-RECORD = ".staged"  # in the destination: the manifest and one file per part received
+RECORD = ".staged"  # in the destination: each received part's part.json, which check reads
 
 
 class StageError(Exception):
