@@ -49,6 +49,19 @@ def test_meteor_is_skipped_with_a_notice_without_java(monkeypatch):
     assert notes and "METEOR skipped" in notes[0]
 
 
+def test_meteor_is_skipped_with_a_notice_where_pycocoevalcap_has_no_meteor(monkeypatch):
+    """The GPU machine gets pycocoevalcap's BLEU and CIDEr-D alone (bench/device_wheels.sh): with Java there, no crash."""
+    import importlib.util
+
+    notes = []
+    monkeypatch.setattr(metrics, "java_available", lambda: True)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "pycocoevalcap.meteor" else real_find_spec(name, *rest))
+    scores = metrics.caption_scores(HYPS, REFS, log=notes.append)
+    assert scores["meteor"] is None and scores["cider_d"] > 0
+    assert notes == ["note: METEOR skipped: this pycocoevalcap has no METEOR (its BLEU and CIDEr-D alone)"]
+
+
 def test_mismatched_lengths_are_an_error():
     with pytest.raises(ValueError):
         metrics.caption_scores(HYPS, REFS[:1])

@@ -60,6 +60,18 @@ def java_available() -> bool:
     return shutil.which("java") is not None
 
 
+def why_no_meteor() -> str | None:
+    """Why METEOR cannot run here (None: it can). It needs Java and pycocoevalcap's METEOR jar, which the copy of
+    pycocoevalcap's BLEU and CIDEr-D alone that a GPU machine is given (bench/device_wheels.sh) lacks."""
+    from importlib.util import find_spec
+
+    if not java_available():
+        return "it needs Java, and no 'java' was found on PATH"
+    if find_spec("pycocoevalcap.meteor") is None:
+        return "this pycocoevalcap has no METEOR (its BLEU and CIDEr-D alone)"
+    return None
+
+
 def caption_scores(
     hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]], meteor: bool = True, log=print
 ) -> dict[str, float | None]:
@@ -69,8 +81,8 @@ def caption_scores(
     lists per image (all references count). Words are compared lower-cased with
     punctuation removed (what the COCO tokeniser leaves). pycocoevalcap's CIDEr is
     the CIDEr-D variant (Gaussian length penalty, clipped counts), with document
-    frequencies from these references. METEOR runs Java; without Java it is None and
-    ``log`` says so. ``bleu4_nltk`` is ``nltk.translate.bleu_score.corpus_bleu`` with
+    frequencies from these references. METEOR runs Java; without Java (or without
+    pycocoevalcap's METEOR) it is None and ``log`` says why. ``bleu4_nltk`` is ``nltk.translate.bleu_score.corpus_bleu`` with
     its default uniform weights, the figure popular Show-Attend-Tell code reports.
     Scores are on a 0-100 scale (CIDEr-D on 0-1000, i.e. x100, as papers print it).
     """
@@ -89,13 +101,14 @@ def caption_scores(
     scores: dict[str, float | None] = {f"bleu{n}": round(100 * bleu[n - 1], 2) for n in range(1, 5)}
     scores["cider_d"] = round(100 * cider, 2)
     scores["meteor"] = None
-    if meteor and java_available():
+    missing = why_no_meteor() if meteor else None
+    if meteor and missing is None:
         from pycocoevalcap.meteor.meteor import Meteor
 
         value, _ = Meteor().compute_score(gold, generated)
         scores["meteor"] = round(100 * value, 2)
     elif meteor:
-        log("note: METEOR skipped: it needs Java, and no 'java' was found on PATH")
+        log(f"note: METEOR skipped: {missing}")
     with warnings.catch_warnings():  # NLTK warns when an n-gram order has no match; the score (0 there) is still right
         warnings.simplefilter("ignore", UserWarning)
         scores["bleu4_nltk"] = round(100 * corpus_bleu(refs, hyps), 2)
