@@ -26,10 +26,7 @@ out=${OUT:?set OUT to the folder whose files come back}
 staged=${STAGED:-/tmp/attnkit-shared/data}  # where bench/device_stage.py receive puts the parts
 runs=/tmp/flickr8k-gpu                      # outside the checkout, so a second call finds the first one's runs
 python3 bench/device_stage.py check "$staged/flickr8k" || exit 1
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-fi
-export PYTHONPATH=src:/tmp/site:.whl/lite PYTHONUNBUFFERED=1  # .whl/lite: BLEU and CIDEr-D (device_wheels.sh); METEOR needs Java: none there
+source bench/device_env.sh  # the carried wheels, and PYTHONPATH
 
 # data/flickr8k is prepared there from the received folder (bench/flickr8k.py --data); the frozen backbone blocks'
 # features are computed into cache/features once, on the GPU.

@@ -25,10 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 deadline=$((SECONDS + ${1:-582}))
 out=${OUT:?set OUT to the folder whose files come back}
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-fi
-export PYTHONPATH=src:/tmp/site:.whl/lite PYTHONUNBUFFERED=1  # .whl/lite: BLEU and CIDEr-D (device_wheels.sh)
+source bench/device_env.sh  # the carried wheels, and PYTHONPATH
 tokens=(--set train.batch_tokens=8500)  # the GPU recipe's batches: about 8 x the CPU recipes' 64 pairs (1,061 padded target tokens)
 recipes=translation_transformer,translation,captioning_transformer,multitask_transformer,captioning,multitask
 

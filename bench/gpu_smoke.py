@@ -393,6 +393,7 @@ def main(argv=None) -> int:
         configs = {precision: recipe_configs(args, scenes, work / "cache", precision, args.overrides) for precision in (args.precision, "fp32")}
         # --compile: each precision once more with train.compile, under its own key (e.g. "bf16_compiled")
         compiled = {f"{p}_compiled": recipe_configs(args, scenes, work / "cache", p, [*args.overrides, "train.compile=true"]) for p in configs} if args.compile else {}
+        variants = {**configs, **compiled}  # what the training step measures per recipe, in this order
 
         def for_each_recipe(measure: Callable[[str, float], dict], deadline: float) -> dict:
             results = {}
@@ -407,14 +408,14 @@ def main(argv=None) -> int:
             return {"recipes": results}
 
         def trainer_for(name: str, precision: str = args.precision) -> Trainer:
-            prepare, config = {**configs, **compiled}[precision][name]
+            prepare, config = variants[precision][name]
             return build_trainer(f"{name}-{precision}", prepare, config, device, work)
 
         trained: dict[str, tuple[Trainer, object]] = {}
 
         def training(name: str, deadline: float) -> dict:
             result = {}
-            for precision in (*configs, *compiled):  # same seed, same steps: the losses compare
+            for precision in variants:  # same seed, same steps: the losses compare
                 trainer = trainer_for(name, precision)
                 result[precision] = train_for(trainer, train_steps, deadline)
                 if precision == args.precision:

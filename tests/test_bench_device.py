@@ -78,7 +78,7 @@ def test_caption_speed_loads_the_captioner_on_the_chosen_device(bench, monkeypat
     assert asked == ["cpu"] and capsys.readouterr().err == "error: stand-in: no checkpoint\n"
 
 
-DEVICE_SCRIPTS = ("device_wheels.sh", "scenes_on_device.sh", "gpu_check_on_device.sh", "captioning_on_device.sh")  # run on the lent GPU machine or for it
+DEVICE_SCRIPTS = ("device_wheels.sh", "device_env.sh", "scenes_on_device.sh", "gpu_check_on_device.sh", "captioning_on_device.sh")  # run on the lent GPU machine or for it
 
 
 @pytest.mark.parametrize("script", DEVICE_SCRIPTS)
