@@ -44,7 +44,9 @@ class StageError(Exception):
 
 def working_tree_bytes(root: Path = ROOT) -> int:
     """The bytes every device call carries before any part: tracked files and untracked ones git does not ignore."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root, capture_output=True, check=True)
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root, capture_output=True)
+    if listed.returncode != 0:  # the device tool carries a git checkout's files; outside one there is nothing to size
+        raise StageError(f"{root} is not a git checkout (git ls-files: {listed.stderr.decode().strip() or 'failed'}); split the data from the project's checkout")
     return sum(on_disk((root / name).stat().st_size) for name in listed.stdout.decode().split("\0") if name and (root / name).is_file())
 
 

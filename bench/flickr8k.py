@@ -76,7 +76,8 @@ MODELS = {"attention": [], "no_attention": ["decoder.score=none"]}
 # The self-critical stage's settings (BENCHMARKS.md, "Self-critical training"): batches of 32 photos (x 5 samples) for
 # more steps an epoch; learning rate 2e-4 (the fine-tuned blocks 4x slower, as in cross-entropy), chosen on validation
 # over the 5e-5 SCST codebases use after cross-entropy (they take some 10,000 steps an epoch on COCO; here 165).
-SCST = ["train.objective=scst", "train.lr=0.0002", "image_encoder.backbone_lr=0.00005", "train.batch_size=32"]
+# A GPU recipe's token batches and warm-up (tasks/configs/flickr8k_gpu.yaml) are its cross-entropy stage's only.
+SCST = ["train.objective=scst", "train.lr=0.0002", "image_encoder.backbone_lr=0.00005", "train.batch_size=32", "train.batch_tokens=0", "train.warmup_steps=0"]
 
 
 def get_args_parser() -> argparse.ArgumentParser:

@@ -162,3 +162,10 @@ def test_device_stage_refuses_what_is_not_a_part_or_not_a_folder(bench, tmp_path
     assert capsys.readouterr().err == f"error: {tmp_path / 'absent'} is not a folder\n"
     assert stage.main(["split", str(tmp_path), "--part-mib", "0.5"]) == 1
     assert "a part must hold more than 1 MiB" in capsys.readouterr().err
+
+
+def test_device_stage_outside_a_git_checkout_is_one_message(bench, tmp_path):
+    """The parts are sized from what a device call carries besides them (the checkout's files, as git lists them)."""
+    stage = bench("device_stage")
+    with pytest.raises(stage.StageError, match="is not a git checkout"):
+        stage.working_tree_bytes(tmp_path)
