@@ -45,6 +45,8 @@ def test_the_gpu_check_runs_every_step_on_a_cpu_under_bf16(tmp_path, capsys, gpu
     for name, recipe in steps["training"]["recipes"].items():  # bf16 and fp32 from the same seed take the same steps
         assert recipe["bf16"]["steps"] == recipe["fp32"]["steps"] >= 2, name
         assert recipe["bf16"]["train_loss_last_epoch"] == pytest.approx(recipe["fp32"]["train_loss_last_epoch"], abs=0.05), name
+        # train_for measures kernel_share only in the step's time left: on a loaded machine it may run out first
+        assert all("kernel_share" in recipe[precision] for precision in ("bf16", "fp32")), f"{name}: the training step's time limit ran out (a busy machine?)"
         assert all(0 < recipe[precision]["kernel_share"] <= 1.5 for precision in ("bf16", "fp32")), name
         assert recipe["bf16"]["batches"] == "up to 200 target tokens", name
     assert all(recipe["beam5"]["sentences"] > 0 for recipe in steps["decoding"]["recipes"].values())
