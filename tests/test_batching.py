@@ -31,7 +31,8 @@ def test_token_batches_stay_within_the_limit_and_hold_every_example_once(tokens)
         assert sorted(i for batch in batches for i in batch) == list(range(len(keys)))
         assert all(len(batch) * max(keys[i][0] for i in batch) <= tokens for batch in batches)
         assert len(sampler) == len(batches)  # the count follows the epoch's own cut
-        assert sampler.batches_of_epoch(epoch) == batches  # from the seed and the epoch alone: an exact resume
+        fresh = BucketBatchSampler(keys, BatchLimit(size=8, tokens=tokens), seed=3)  # as a resumed run builds it
+        assert fresh.batches_of_epoch(epoch) == batches  # from the seed and the epoch alone: an exact resume
     # batch_size plays no part: a limit of 500 tokens holds far more than 8 short targets
     if tokens == 500:
         assert max(len(batch) for batch in batches) > 8
@@ -40,18 +41,61 @@ def test_token_batches_stay_within_the_limit_and_hold_every_example_once(tokens)
     assert sum(key[0] for key in keys) / padded > 0.8
 
 
-def test_with_several_processes_no_token_batch_is_too_small_to_share():
-    """A pool's last batch may hold a single long example; with 4 processes it joins the batch before it, so the
-    sharded sampler (which skips global batches of fewer rows than processes) drops none."""
+def shares(batches: list[list[int]], ranks: int) -> list[list[int]]:
+    """Each process's rows of each global batch, as ShardedBatchSampler slices them."""
+    return [batch[rank::ranks] for batch in batches for rank in range(ranks)]
+
+
+def padded_tokens(rows: list[int], target_lengths: list[int]) -> int:
+    return len(rows) * max(target_lengths[i] for i in rows)
+
+
+def test_with_several_processes_every_one_gets_a_row_of_each_token_batch_within_its_share():
+    """A pool's last batch may hold a single long example; with 4 processes the sharded sampler (which skips
+    global batches of fewer rows than processes) would drop it, so it takes rows from the batch before."""
     keys = sort_keys(1000)
     limit = BatchLimit(size=8, tokens=40).times(4)
     batches = list(BucketBatchSampler(keys, limit, seed=2, pool_factor=5))  # small pools: many last batches
     assert sorted(i for batch in batches for i in batch) == list(range(len(keys)))
     assert min(len(batch) for batch in batches) >= 4
-    overrun = max(len(b) * max(keys[i][0] for i in b) - limit.tokens for b in batches)
-    assert overrun < 4 * 30  # less than one longest target more per process
+    lengths = [key[0] for key in keys]
+    assert max(padded_tokens(share, lengths) for share in shares(batches, 4)) <= 40 + 30  # at most one longest target over
     one_process = list(BucketBatchSampler(keys, BatchLimit(size=8, tokens=160), seed=2, pool_factor=5))
     assert sum(len(batch) < 4 for batch in one_process) > 5  # where the rule matters: one process keeps them apart
+
+
+def test_a_long_last_row_does_not_swell_one_process_s_share():
+    """Two processes of 100 tokens: nineteen 10-token targets fill the first batch, a 100-token one is left alone.
+    Joined to the batch before, one process took ten rows padded to 100 (1,000 tokens); refilled, each takes one."""
+    lengths = [10] * 19 + [100]
+    batches = list(BucketBatchSampler(lengths, BatchLimit(size=64, tokens=100).times(2), shuffle=False))
+    assert sorted(i for batch in batches for i in batch) == list(range(20))
+    assert all(shares(batches, 2)) and max(padded_tokens(share, lengths) for share in shares(batches, 2)) <= 100
+    # a batch before too small to lend a row: the two join, two rows a process at most (within one target of 100)
+    lengths = [40, 40, 100]
+    batches = list(BucketBatchSampler(lengths, BatchLimit(size=64, tokens=100).times(2), shuffle=False))
+    assert batches == [[0, 1, 2]] and max(padded_tokens(share, lengths) for share in shares(batches, 2)) == 200
+
+
+@pytest.mark.parametrize("tokens", [0, 60])
+def test_an_epoch_s_last_pool_too_small_to_share_joins_the_pool_before(tokens):
+    """97 examples in pools of 32 (or of 24 ten-token targets) leave one for a last pool; four processes would all skip it."""
+    keys = [(10, source) for source in range(97)]
+    sampler = BucketBatchSampler(keys, BatchLimit(size=8, tokens=tokens).times(4), seed=5, pool_factor=1)
+    assert sampler.pool_size == (24 if tokens else 32)
+    batches = sampler.batches_of_epoch(0)
+    assert min(len(batch) for batch in batches) >= 4 and sampler.count(0) == len(batches)
+    assert sorted(i for share in shares(batches, 4) for i in share) == list(range(97))
+    # one row a process: the batch before cannot lend three rows and keep four, so the last joins it
+    joined = BucketBatchSampler(keys, BatchLimit(size=1).times(4), seed=5)
+    assert joined.count(0) == len(joined.batches_of_epoch(0)) == 96 // 4
+
+
+def test_neighbouring_seeds_do_not_share_an_epoch_s_order():
+    """Seeded by seed + epoch, seed 1's first epoch was seed 0's second."""
+    keys = sort_keys(500)
+    first, second = (BucketBatchSampler(keys, 16, seed=seed) for seed in (0, 1))
+    assert first.batches_of_epoch(1) != second.batches_of_epoch(0)
 
 
 def test_a_limit_of_examples_cuts_as_before():

@@ -197,6 +197,18 @@ def test_a_translator_decodes_under_its_checkpoint_s_precision(toy_data, tmp_pat
     assert translator.translate(["a b c"])[0][0].error is None
 
 
+def test_fp16_on_a_cpu_trains_with_the_loss_scaler(toy_data, tmp_path):
+    """Unscaled fp16 gradients underflow on any device; the scaler used to run on CUDA only."""
+    from attnkit.checkpoint import load_checkpoint
+
+    config = load_config(
+        "tasks/configs/tiny.yaml", [f"data.path={toy_data}", f"output_dir={tmp_path}", "train.epochs=1", "train.precision=fp16", "train.valid_max_examples=10"]
+    )  # fmt: skip
+    train_translation(config, progress_bar=False, log=lambda _: None)
+    scaler = load_checkpoint(tmp_path / "last.pt").training["scaler"]
+    assert scaler["scale"] > 0  # a disabled scaler saves an empty state
+
+
 def test_cuda_uses_tf32_for_fp32_products(monkeypatch):
     monkeypatch.setattr(distributed, "_device_named", lambda name: torch.device("cuda", 0))
     previous = torch.get_float32_matmul_precision()

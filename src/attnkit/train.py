@@ -151,7 +151,7 @@ class Trainer:
         groups = parameter_groups or [{"params": [p for p in model.parameters() if p.requires_grad]}]
         self.optimizer = torch.optim.Adam(groups, lr=config.lr, weight_decay=config.weight_decay, fused=True)
         self.schedule = LearningRateSchedule(self.optimizer, config)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16 and self.device.type == "cuda")
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)  # a CPU's fp16 underflows unscaled too
         self.progress = TrainingProgress(run_id=uuid.uuid4().hex)
         self.history: list[dict[str, Any]] = []  # one record per epoch; travels in the checkpoint, log.jsonl is written from it
 

@@ -162,8 +162,8 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
         rows x longest            16        15      14    7   9
 
     A limit smaller than the longest example is refused (each process's share must hold it). With several
-    processes (``limit.ranks`` N), a pool's last batch with fewer than N rows joins the batch before it, so
-    every process gets a row of it (the global batch then passes the limit by less than N rows).
+    processes (``limit.ranks`` N) every global batch must give each process a row (:meth:`_shared_by_every_rank`),
+    and an epoch's last pool of fewer than N examples joins the pool before it.
     """
 
     def __init__(self, lengths: Sequence[Any], limit: BatchLimit | int, shuffle: bool = True, pool_factor: int = 50, seed: int = 0):
@@ -190,7 +190,7 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
 
     def _cut(self, pool: list[int]) -> list[list[int]]:
         if not self.limit.tokens:
-            return [pool[i : i + self.limit.size] for i in range(0, len(pool), self.limit.size)]
+            return self._shared_by_every_rank([pool[i : i + self.limit.size] for i in range(0, len(pool), self.limit.size)])
         batches, batch, longest = [], [], 0
         for example in pool:
             longest_if_added = max(longest, self.target_lengths[example])
@@ -199,10 +199,26 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
                 batch, longest_if_added = [], self.target_lengths[example]
             batch.append(example)
             longest = longest_if_added
-        if batches and len(batch) < self.limit.ranks:  # too few rows to share: they join the batch before
-            batches[-1] += batch
-        elif batch:
-            batches.append(batch)
+        return self._shared_by_every_rank(batches + [batch])
+
+    def _shared_by_every_rank(self, batches: list[list[int]]) -> list[list[int]]:
+        """A sorted pool's batches, the last one refilled so each of the N processes gets a row of it
+        (:class:`ShardedBatchSampler` skips a global batch of fewer rows than processes).
+
+        A last batch of m < N rows takes the N - m longest rows of the batch before it: one row a process, each
+        no longer than its own longest, so no process passes its share. Merging the two instead would hand one
+        process half the batch before, padded to the last batch's (perhaps far longer) target. Only when the
+        batch before would keep fewer than N rows do the two join: fewer than 2N rows, at most two a process,
+        within one longest target of its share."""
+        ranks = self.limit.ranks
+        missing = ranks - len(batches[-1])
+        if missing <= 0 or len(batches) < 2:
+            return batches
+        before, last = batches[-2], batches[-1]
+        if len(before) - missing >= ranks:
+            batches[-2:] = [before[:-missing], before[-missing:] + last]
+        else:
+            batches[-2:] = [before + last]
         return batches
 
     def batches_of_epoch(self, epoch: int) -> list[list[int]]:
@@ -212,13 +228,18 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
         return self._cut_epoch[1]
 
     def _batches_of_epoch(self, epoch: int) -> list[list[int]]:
-        rng = random.Random(self.seed + epoch)
+        # Seeded by the pair, not by seed + epoch: that sum would give seed s at epoch e + 1 the order of seed s + 1
+        # at epoch e, and runs of neighbouring seeds the same batches an epoch apart.
+        rng = random.Random(f"{self.seed}-{epoch}")
         order = list(range(len(self.lengths)))
         if self.shuffle:
             rng.shuffle(order)
+        starts = list(range(0, len(order), self.pool_size))
+        if len(starts) > 1 and len(order) - starts[-1] < self.limit.ranks:
+            starts.pop()  # a last pool too small to give every process an example joins the pool before
         batches = []
-        for start in range(0, len(order), self.pool_size):
-            batches += self._cut(sorted(order[start : start + self.pool_size], key=self.lengths.__getitem__))
+        for start, end in zip(starts, [*starts[1:], len(order)]):
+            batches += self._cut(sorted(order[start:end], key=self.lengths.__getitem__))
         if self.shuffle:
             rng.shuffle(batches)
         return batches
@@ -227,8 +248,9 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
         return iter(self.batches_of_epoch(self.epoch))
 
     def count(self, epoch: int) -> int:
-        """How many batches epoch ``epoch`` has (with a token limit it varies a little from epoch to epoch)."""
-        if not self.limit.tokens:
+        """How many batches epoch ``epoch`` has (with a token limit, or rows lent among several processes, it varies
+        a little from epoch to epoch)."""
+        if not self.limit.tokens and self.limit.ranks == 1:
             return (len(self.lengths) + self.limit.size - 1) // self.limit.size
         return len(self.batches_of_epoch(epoch))
 
