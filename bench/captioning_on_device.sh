@@ -19,7 +19,7 @@
 # train_minutes) and each run's log.jsonl (a line an epoch, as it ends). FLICKR8K_EXTRA: more options for
 # bench/flickr8k.py, e.g. "--quick --set train.device=cpu" to try this script on a CPU first (STAGED= the folder
 # holding the received flickr8k/), or "--config tasks/configs/flickr8k_gpu.yaml --epochs 20 --scst-epochs 10" for the
-# GPU variant (cross-entropy on token batches, then ten SCST epochs; two seeds on the CPU: 23.66 test BLEU-4 against
+# GPU variant (cross-entropy on token batches, then ten SCST epochs; three seeds on the CPU: 23.63 test BLEU-4 against
 # the recipe's 24.47, BENCHMARKS.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
