@@ -6,6 +6,7 @@ import pytest
 
 from attnkit.config import load_config
 from attnkit.data.batching import BatchLimit, BucketBatchSampler, TaskMixSampler
+from attnkit.distributed import ShardedBatchSampler
 from attnkit.errors import UserError
 
 
@@ -42,8 +43,8 @@ def test_token_batches_stay_within_the_limit_and_hold_every_example_once(tokens)
 
 
 def shares(batches: list[list[int]], ranks: int) -> list[list[int]]:
-    """Each process's rows of each global batch, as ShardedBatchSampler slices them."""
-    return [batch[rank::ranks] for batch in batches for rank in range(ranks)]
+    """Each process's rows of each global batch, as the trainer's ShardedBatchSampler hands them out."""
+    return [share for rank in range(ranks) for share in ShardedBatchSampler(batches, rank, ranks)]
 
 
 def padded_tokens(rows: list[int], target_lengths: list[int]) -> int:
@@ -69,8 +70,8 @@ def test_a_long_last_row_does_not_swell_one_process_s_share():
     Joined to the batch before, one process took ten rows padded to 100 (1,000 tokens); refilled, each takes one."""
     lengths = [10] * 19 + [100]
     batches = list(BucketBatchSampler(lengths, BatchLimit(size=64, tokens=100).times(2), shuffle=False))
-    assert sorted(i for batch in batches for i in batch) == list(range(20))
-    assert all(shares(batches, 2)) and max(padded_tokens(share, lengths) for share in shares(batches, 2)) <= 100
+    assert sorted(i for share in shares(batches, 2) for i in share) == list(range(20))  # no batch skipped
+    assert max(padded_tokens(share, lengths) for share in shares(batches, 2)) <= 100
     # a batch before too small to lend a row: the two join, two rows a process at most (within one target of 100)
     lengths = [40, 40, 100]
     batches = list(BucketBatchSampler(lengths, BatchLimit(size=64, tokens=100).times(2), shuffle=False))
@@ -86,7 +87,11 @@ def test_an_epoch_s_last_pool_too_small_to_share_joins_the_pool_before(tokens):
     batches = sampler.batches_of_epoch(0)
     assert min(len(batch) for batch in batches) >= 4 and sampler.count(0) == len(batches)
     assert sorted(i for share in shares(batches, 4) for i in share) == list(range(97))
-    # one row a process: the batch before cannot lend three rows and keep four, so the last joins it
+
+
+def test_a_short_last_batch_joins_the_one_before_when_that_cannot_lend_its_rows():
+    """One row a process: a batch of four cannot lend three rows and keep four, so the last one row joins it."""
+    keys = [(10, source) for source in range(97)]
     joined = BucketBatchSampler(keys, BatchLimit(size=1).times(4), seed=5)
     assert joined.count(0) == len(joined.batches_of_epoch(0)) == 96 // 4
 
