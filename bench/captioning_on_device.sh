@@ -25,6 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 deadline=$((SECONDS + ${1:-585}))
 out=${OUT:?set OUT to the folder whose files come back}
+mkdir -p "$out"  # a try-out on a CPU names a folder that may not exist yet
 staged=${STAGED:-/tmp/attnkit-shared/data}  # where bench/device_stage.py receive puts the parts
 runs=/tmp/flickr8k-gpu                      # outside the checkout, so a second call finds the first one's runs
 python3 bench/device_stage.py check "$staged/flickr8k" || exit 1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The wheels the lent GPU machine lacks, for its Python 3.12, into .whl/ (git-ignored), to carry with the
-# device call (README, "Scaling": the one command). That machine has torch, torchvision, sacrebleu,
+# device call (docs/scaling.md, "The GPU check"). That machine has torch, torchvision, sacrebleu,
 # sentencepiece, matplotlib, Pillow, click, joblib, regex and tqdm, and no network.
 #
 #   bash bench/device_wheels.sh            # -> .whl/ (about 41 MB)

@@ -25,6 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 deadline=$((SECONDS + ${1:-582}))
 out=${OUT:?set OUT to the folder whose files come back}
+mkdir -p "$out"  # a try-out on a CPU names a folder that may not exist yet
 source bench/device_env.sh  # the carried wheels, and PYTHONPATH
 tokens=(--set train.batch_tokens=8500)  # the GPU recipe's batches: about 8 x the CPU recipes' 64 pairs (1,061 padded target tokens)
 recipes=translation_transformer,translation,captioning_transformer,multitask_transformer,captioning,multitask

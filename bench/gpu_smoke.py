@@ -1,6 +1,6 @@
 """The GPU check, in one call: what a first GPU run must show, step by step, each step under its own time limit.
 
-    python bench/gpu_smoke.py --out $OUT                     # CUDA, the recipes' real models (about 6 minutes on an H100)
+    python bench/gpu_smoke.py --out $OUT                     # CUDA, the recipes' real models (about 3 minutes on an H200 with --steps 100)
     python bench/gpu_smoke.py --device cpu --tiny --out DIR  # the same steps on a CPU with tiny models (what the tests run)
 
 On the lent GPU machine (Python 3.12, its own torch; no network), with the wheels it lacks carried
@@ -32,7 +32,7 @@ with its error and the next step runs. The steps:
 7. ``pixels``: images/s of captioning training on the uncached pixel path (the backbone runs every step).
 
 Recipes: the translation recipe's model (multi30k_de_en.yaml) on the embedded Tatoeba corpus, the
-captioning recipe (flickr8k.yaml: frozen EfficientNet-Lite0 and the Show-Attend-Tell decoder) and
+captioning recipe (flickr8k.yaml: EfficientNet-Lite2, its last two blocks fine-tuned, and the Show-Attend-Tell decoder) and
 the joint recipe (scenes_multitask.yaml) on generated scenes, and the same three with their
 Transformer recipes' models. Human-readable lines go to stdout; the LAST line is one JSON object
 holding every step.
