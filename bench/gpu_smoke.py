@@ -22,7 +22,9 @@ with its error and the next step runs. The steps:
 4. ``training``: per recipe, training tokens/s in bf16 and in fp32 (+ TF32 on CUDA), the mean loss
    of the last epoch after the same steps from the same seed, peak memory, and the share of a few
    steps' wall time the kernels ran (``kernel_share``: the profiler's device time over wall time on
-   CUDA; on a CPU its operators' own time), which says how much of a step is launches and Python.
+   CUDA; on a CPU its operators' own time), which says how much of a step is launches and Python, and the
+   operations one step dispatches with the casts among them (``operations_per_step``, ``casts_per_step``:
+   :class:`attnkit.precision.OperationCount`; not counted for a compiled model), which say what autocast adds.
    ``--set train.batch_tokens=N`` measures every recipe with token batches. With ``--compile`` each precision is
    measured again with ``train.compile`` (``bf16_compiled``, ``fp32_compiled``: the same seed and steps; the
    compiling happens in the first epochs, the tokens/s are the last epoch's), which says whether compiling pays.
@@ -65,7 +67,7 @@ from attnkit.data.scenes import write_scene_dataset
 from attnkit.distributed import Distributed, autocast, resolve_device
 from attnkit.errors import UserError, first_line, run_cli
 from attnkit.multitask import prepare_multitask
-from attnkit.precision import PrecisionProbe
+from attnkit.precision import OperationCount, PrecisionProbe
 from attnkit.search import search
 from attnkit.train import CheckpointContents, RunContext, Trainer
 from attnkit.translation import prepare_translation
@@ -224,6 +226,8 @@ def train_for(trainer: Trainer, steps: int, deadline: float) -> dict:
         result["peak_memory_allocated_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
     if time.perf_counter() < deadline:
         result["kernel_share"] = kernel_share(trainer, 2 if device.type == "cpu" else 20)
+    if time.perf_counter() < deadline and not trainer.config.compile:  # a compiled step's operations are its graphs'
+        result.update(operations_per_step(trainer))
     return result
 
 
@@ -253,6 +257,14 @@ def kernel_share(trainer: Trainer, steps: int) -> float:
     events = profiler.key_averages()
     busy_us = sum(event.self_device_time_total if on_cuda else event.self_cpu_time_total for event in events)
     return round(busy_us / 1e6 / wall, 3)
+
+
+def operations_per_step(trainer: Trainer) -> dict:
+    """One more training step, its operations and casts counted (:class:`attnkit.precision.OperationCount`)."""
+    batch = next(iter(trainer.loader))
+    with OperationCount() as count:
+        trainer.train_step(batch)
+    return {"operations_per_step": count.operations, "casts_per_step": count.casts}
 
 
 # -- the steps ---------------------------------------------------------------------------------------------------

@@ -49,6 +49,9 @@ def test_the_gpu_check_runs_every_step_on_a_cpu_under_bf16(tmp_path, capsys, gpu
         assert all("kernel_share" in recipe[precision] for precision in ("bf16", "fp32")), f"{name}: the training step's time limit ran out (a busy machine?)"
         assert all(0 < recipe[precision]["kernel_share"] <= 1.5 for precision in ("bf16", "fp32")), name
         assert recipe["bf16"]["batches"] == "up to 200 target tokens", name
+        # autocast's casts (weights, activations, their gradients) are what bf16 adds to a step; fp32 has next to none
+        assert recipe["bf16"]["casts_per_step"] > recipe["fp32"]["casts_per_step"] + 10, name
+        assert recipe["bf16"]["operations_per_step"] > recipe["fp32"]["operations_per_step"] > 100, name
     assert all(recipe["beam5"]["sentences"] > 0 for recipe in steps["decoding"]["recipes"].values())
     assert steps["round_trip"]["exit_codes"] == {"train": 0, "resume": 0, "evaluate": 0} and steps["round_trip"]["epochs_logged"] == [1, 2, 3]
     assert steps["pixels"]["images_per_s"] > 0

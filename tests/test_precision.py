@@ -14,7 +14,7 @@ from attnkit.distributed import loader_workers, resolve_device
 from attnkit.files import file_digest
 from attnkit.interfaces import GridFeatures
 from attnkit.losses import Seq2SeqObjective
-from attnkit.precision import PrecisionProbe, without_autocast
+from attnkit.precision import OperationCount, PrecisionProbe, without_autocast
 from attnkit.translation import Translator, train_translation
 from conftest import tiny_model
 from test_captioning import TINY, write_shape_images
@@ -60,6 +60,24 @@ def test_without_autocast_switches_it_off_and_back():
             assert not torch.is_autocast_enabled("cpu")
             assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
         assert torch.is_autocast_enabled("cpu")
+
+
+def test_the_operation_count_sees_autocast_s_casts_forward_and_backward():
+    layer = torch.nn.Linear(4, 3)
+    inputs = torch.randn(2, 4)
+
+    def counted(autocast: bool) -> OperationCount:
+        layer.zero_grad(set_to_none=True)  # each backward writes fresh gradients (accumulating would add operations)
+        with OperationCount() as count, torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+            layer(inputs).float().sum().backward()
+        return count
+
+    plain, mixed = counted(False), counted(True)
+    assert plain.casts == 0 and plain.operations > 0
+    # forward: the input, the weight and the bias to bf16, the output back to fp32 (4); backward: the output's
+    # gradient to bf16, the weight's and the bias's gradients back to fp32 (3)
+    assert (plain.casts, mixed.casts) == (0, 7)
+    assert mixed.operations == plain.operations + mixed.casts  # the same products, and the casts
 
 
 def test_label_smoothing_without_list_indexing_keeps_its_value(vocab):

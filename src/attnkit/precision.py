@@ -14,6 +14,7 @@ The rule (docs/scaling.md's "Mixed precision, part by part" table says the same)
 
 :class:`PrecisionProbe` records the dtypes the operations really ran in, per part of a model, as the
 dispatcher sees them after autocast: what ``bench/gpu_smoke.py`` prints and the tests check.
+:class:`OperationCount` counts a step's operations and the casts among them: what mixed precision adds to it.
 """
 
 from __future__ import annotations
@@ -99,3 +100,24 @@ class PrecisionProbe(TorchDispatchMode):
 
     def report(self) -> dict[str, dict[str, list[str]]]:
         return {part: {op: sorted(dtypes) for op, dtypes in sorted(ops.items())} for part, ops in sorted(self.seen.items())}
+
+
+class OperationCount(TorchDispatchMode):
+    """The operations that reach a kernel (views, which launch none, are left out) and the casts among them
+    (``_to_copy`` into another dtype: autocast's casts of weights and activations, their gradients' casts back,
+    and the recurrent layers' way to fp32), as the dispatcher sees them after autocast, forward and backward.
+    Where a GPU waits on its launches (a small model), a step's time follows its operations, so the casts that
+    bf16 adds are time it can lose. Use as ``with OperationCount() as count: ...``."""
+
+    def __init__(self):
+        super().__init__()
+        self.operations = 0
+        self.casts = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view:
+            self.operations += 1
+            source = args[0] if args and isinstance(args[0], torch.Tensor) else None
+            self.casts += func.overloadpacket is torch.ops.aten._to_copy and source is not None and out.dtype != source.dtype
+        return out
