@@ -73,7 +73,6 @@ def test_the_operation_count_sees_autocast_s_casts_forward_and_backward():
         return count
 
     plain, mixed = counted(False), counted(True)
-    assert plain.casts == 0 and plain.operations > 0
     # forward: the input, the weight and the bias to bf16, the output back to fp32 (4); backward: the output's
     # gradient to bf16, the weight's and the bias's gradients back to fp32 (3)
     assert (plain.casts, mixed.casts) == (0, 7)

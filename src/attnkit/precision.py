@@ -118,6 +118,6 @@ class OperationCount(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if not func.is_view:
             self.operations += 1
-            source = args[0] if args and isinstance(args[0], torch.Tensor) else None
-            self.casts += func.overloadpacket is torch.ops.aten._to_copy and source is not None and out.dtype != source.dtype
+            if func.overloadpacket is torch.ops.aten._to_copy and out.dtype != args[0].dtype:  # not a copy to another device
+                self.casts += 1
         return out
