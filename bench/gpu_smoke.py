@@ -261,7 +261,7 @@ def kernel_share(trainer: Trainer, steps: int) -> float:
 
 def operations_per_step(trainer: Trainer) -> dict:
     """One more training step, its operations and casts counted (:class:`attnkit.precision.OperationCount`)."""
-    batch = next(iter(trainer.loader))
+    batch = first_batch(trainer)
     with OperationCount() as count:
         trainer.train_step(batch)
     return {"operations_per_step": count.operations, "casts_per_step": count.casts}
