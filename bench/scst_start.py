@@ -42,8 +42,9 @@ from attnkit.config import ExperimentConfig, from_dict
 from attnkit.data.captions import image_root, read_caption_split
 from attnkit.distributed import autocast, choose_threads
 from attnkit.errors import UserError, run_cli
-from attnkit.metrics import CiderD, caption_words
+from attnkit.metrics import caption_words
 from attnkit.search import greedy_search, sample
+from attnkit.self_critical import cider_d_reward
 from machine import add_device_argument, busy_cores, print_result, project_path
 
 
@@ -65,7 +66,7 @@ def measure(
 ) -> dict:
     """The figures above for the first ``scored`` of ``images``; CIDEr-D's document frequencies from all ``references``;
     ``max_length``: steps a caption may take, ``<eos>`` included (SCST's)."""
-    cider = CiderD(references)
+    reward = cider_d_reward(references)  # SCST's own reward function
     model, vocab = captioner.model, captioner.pipeline.vocab
     torch.manual_seed(seed)  # the dropout masks: each checkpoint's figures repeat whatever was measured before it
     # one stream of draws per mode, seeded alike: with no dropout in the decoder the two modes draw the same captions
@@ -78,7 +79,7 @@ def measure(
         return [vocab.words[i] for i in tokens]
 
     def scores(captions: list[list[int]], photos: list[int]) -> list[float]:
-        return [100 * cider.score(as_words(caption), photo) for caption, photo in zip(captions, photos)]
+        return [100 * score for score in reward([as_words(caption) for caption in captions], photos)]
 
     for start in range(0, scored, batch):
         photos = list(range(start, min(start + batch, scored)))

@@ -54,6 +54,6 @@ def test_a_sharper_output_layer_lowers_the_entropy_and_no_dropout_draws_alike(tm
     assert last_json(capsys)["rows"] == [dropout]
 
 
-def test_a_checkpoint_of_another_task_is_one_message(tmp_path, capsys, scst_start):
+def test_a_missing_checkpoint_is_one_message(tmp_path, capsys, scst_start):
     assert run_cli(scst_start.main, ["--checkpoint", str(tmp_path / "missing.pt")]) == 2
     assert "missing.pt" in capsys.readouterr().err
