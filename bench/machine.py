@@ -13,6 +13,24 @@ from pathlib import Path
 import torch
 
 from attnkit.distributed import usable_cores
+from attnkit.errors import UserError
+
+# The load sample before a benchmark and the calibration after it take about four seconds. The tests run the
+# benchmarks end to end, many times, and set this variable (tests/conftest.py) to shorten both; a JSON line
+# measured with it says so ("probe_scale" in its calibration), and no figure in BENCHMARKS.md is one.
+PROBE_SCALE_VARIABLE = "ATTNKIT_PROBE_SCALE"
+
+
+def probe_scale() -> float:
+    """The factor on the load sample's and the calibration's durations: 1 unless the variable above says less."""
+    text = os.environ.get(PROBE_SCALE_VARIABLE, "1")
+    try:
+        scale = float(text)
+    except ValueError:
+        scale = 0.0
+    if not 0 < scale <= 1:
+        raise UserError(f"{PROBE_SCALE_VARIABLE}={text!r}: give a number above 0 and at most 1 (the tests' shortening), or unset it")
+    return scale
 
 
 def add_device_argument(parser: argparse.ArgumentParser, default: str = "cpu") -> None:
@@ -34,8 +52,10 @@ def processor_name() -> str:
     return name or platform.machine()
 
 
-def busy_cores(seconds: float = 1.0) -> float | None:
-    """Cores kept busy by other work during ``seconds`` before we start (from /proc/stat); None where unknown."""
+def busy_cores(seconds: float | None = None) -> float | None:
+    """Cores kept busy by other work during ``seconds`` (default: one second times :func:`probe_scale`) before we
+    start (from /proc/stat); None where unknown."""
+    seconds = probe_scale() if seconds is None else seconds
 
     def sample() -> tuple[int, int]:
         fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -92,9 +112,11 @@ def best_rate(work, units: float, seconds: float) -> float:
 
 
 @torch.no_grad()
-def calibrate(seconds: float = 3.0) -> dict:
-    """This machine's speed at the current torch thread count, in about ``seconds``: float32 matmul GFLOP/s
-    and LSTM cell steps/s (forward, one step of ``CELL_SIZES``)."""
+def calibrate(seconds: float | None = None) -> dict:
+    """This machine's speed at the current torch thread count, in about ``seconds`` (default: three seconds times
+    :func:`probe_scale`): float32 matmul GFLOP/s and LSTM cell steps/s (forward, one step of ``CELL_SIZES``)."""
+    scale = probe_scale() if seconds is None else 1.0
+    seconds = 3.0 * scale if seconds is None else seconds
     generator = torch.Generator().manual_seed(0)
     a, b = (torch.randn(MATMUL_SIZE, MATMUL_SIZE, generator=generator) for _ in range(2))
     batch, inputs, hidden = CELL_SIZES
@@ -106,6 +128,7 @@ def calibrate(seconds: float = 3.0) -> dict:
         "matmul_gflops": round(best_rate(lambda: torch.mm(a, b), 2 * MATMUL_SIZE**3 / 1e9, seconds / 2), 1),
         "lstm_cell_steps_per_s": round(best_rate(lambda: torch.lstm_cell(x, (h, c), w_ih, w_hh, b_ih, b_hh), 1, seconds / 2)),
         "lstm_cell_sizes": dict(zip(("batch", "input", "hidden"), CELL_SIZES)),
+        **({"probe_scale": scale} if scale != 1 else {}),
     }
 
 

@@ -2,8 +2,6 @@
 
 import copy
 import dataclasses
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -82,7 +80,7 @@ def test_average_replaces_an_existing_out_only_with_overwrite(vocab, tmp_path, c
 
 
 @pytest.mark.slow
-def test_keep_epochs_then_average_end_to_end(toy_data, tmp_path, capsys, monkeypatch):
+def test_keep_epochs_then_average_end_to_end(toy_data, tmp_path, capsys, bench):
     config = toy_config(toy_data, tmp_path / "run", "train.epochs=3", "train.keep_epochs=2", "train.patience=0")
     train_translation(config, progress_bar=False, log=lambda _: None)
     run = tmp_path / "run"
@@ -97,11 +95,7 @@ def test_keep_epochs_then_average_end_to_end(toy_data, tmp_path, capsys, monkeyp
     assert Translator.from_checkpoint(out, device="cpu").translate(["a b c"])[0][0].error is None
 
     # bench/multi30k.py tests the mean instead of best.pt only when it scores higher on validation
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
-    import multi30k
-
-    translator, choice = multi30k.choose_checkpoint(run, read_parallel(toy_data, "valid", "src", "tgt"))
-    sys.modules.pop("multi30k", None)
+    translator, choice = bench("multi30k").choose_checkpoint(run, read_parallel(toy_data, "valid", "src", "tgt"))
     scores = choice["valid_bleu_greedy"]
     assert choice["averaged_epochs"] == [2, 3] and set(scores) == {"best.pt", "averaged.pt"}
     assert choice["chosen"] == max(scores, key=scores.get) and (run / "averaged.pt").is_file()

@@ -3,26 +3,18 @@ add_device_argument; recipe_speed's and peers' own checks are in their test file
 CUDA device that is not there is one error line before any work, and the device reaches what each runs. The
 scripts for the GPU machine parse, and the checkpoints bench/scenes_on_device.sh slims keep what --evaluate-only reads."""
 
-import importlib
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from attnkit.errors import UserError, run_cli
+from conftest import BENCH
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
 ARGV = {"train_speed": [], "caption_speed": ["--checkpoint", "none.pt"], "crash": []}  # the least each script needs
 NO_CUDA = "error: device 'cuda' asked for, but CUDA is not available here; use device auto or cpu\n"
-
-
-@pytest.fixture
-def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    return importlib.import_module
 
 
 @pytest.mark.parametrize("name", sorted(ARGV))

@@ -1,29 +1,14 @@
-"""The benchmarks in bench/: a mistake in their options is one message and exit 2 before any work."""
+"""The benchmarks in bench/: a mistake in their options is one message and exit 2 before any work; the probes of the
+machine they share (bench/machine.py) are shortened only when asked, and no recorded figure was."""
 
-import importlib
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from attnkit.errors import run_cli
+from attnkit.errors import UserError, run_cli
+from conftest import BENCH
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
-
-@pytest.fixture
-def bench(monkeypatch):
-    """``bench(name)``: the benchmark's module, imported from bench/ (forgotten afterwards)."""
-    monkeypatch.syspath_prepend(str(BENCH))
-
-    def load(name):
-        return importlib.import_module(name)
-
-    yield load
-    for name, module in list(sys.modules.items()):  # the script and the bench/ modules it imported (flickr8k, machine)
-        if Path(getattr(module, "__file__", None) or "/").parent == BENCH:
-            sys.modules.pop(name, None)
 
 
 def exit_code(main, argv) -> int:
@@ -250,3 +235,22 @@ def test_backbones_measures_each_variant_at_its_own_grid(bench):
     assert (found["image_size"], found["cells"], found["cached_map"]) == (240, 64, [192, 8, 8])  # the map before the last two blocks
     assert found["cache_kb_per_photo"] == round(192 * 8 * 8 * 2 / 1000, 1) and 0 < found["fine_tuned_parameters"] < found["parameters"]
     assert found["prefix_ms_per_photo"] > 0 and found["epoch_ms_per_photo"] > 0
+
+
+def test_the_load_sample_and_the_calibration_are_shortened_only_when_asked_and_say_so(bench, monkeypatch):
+    machine = bench("machine")
+    monkeypatch.setenv(machine.PROBE_SCALE_VARIABLE, "0.02")  # what tests/conftest.py sets
+    measured = machine.calibrate()
+    assert measured["probe_scale"] == 0.02 and measured["matmul_gflops"] > 0 and measured["lstm_cell_steps_per_s"] > 0
+    assert "probe_scale" not in machine.calibrate(0.06)  # a duration given outright is not the tests' shortening
+    for wrong in ("0", "2", "fast"):
+        monkeypatch.setenv(machine.PROBE_SCALE_VARIABLE, wrong)
+        with pytest.raises(UserError, match=f"ATTNKIT_PROBE_SCALE='{wrong}': give a number above 0 and at most 1"):
+            machine.busy_cores()
+    monkeypatch.delenv(machine.PROBE_SCALE_VARIABLE)
+    assert machine.probe_scale() == 1.0
+
+
+def test_no_recorded_figure_was_measured_with_the_probes_shortened():
+    recorded = (BENCH.parent / "BENCHMARKS.md").read_text().replace('`"probe_scale": 0.02`', "")  # the sentence explaining it
+    assert '"probe_scale"' not in recorded

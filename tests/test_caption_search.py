@@ -1,8 +1,6 @@
 """bench/caption_search.py: beam sizes x length penalties scored on a split, with the lengths that explain them."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -11,17 +9,11 @@ from attnkit.config import load_config
 from attnkit.errors import run_cli
 from test_captioning import TINY, write_shape_images
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 @pytest.fixture
-def caption_search(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    import caption_search
-
-    yield caption_search
-    for name in ("caption_search", "flickr8k"):
-        sys.modules.pop(name, None)
+def caption_search(bench):
+    return bench("caption_search")
 
 
 @pytest.mark.slow

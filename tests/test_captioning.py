@@ -194,6 +194,7 @@ def test_a_captioner_trains_on_mosaics_of_its_photos(scenes, tmp_path):
     assert Captioner.from_checkpoint(tmp_path / "last.pt", device="cpu").caption([next((scenes.parent / "images").iterdir())], beam_size=1)[0][0].words
 
 
+@pytest.mark.slow
 def test_an_ensemble_of_one_checkpoint_twice_captions_as_that_checkpoint(scenes, tmp_path, capsys, vocab):
     """attnkit caption / evaluate with --checkpoint given twice; checkpoints that cannot decode together are refused
     (another vocabulary, a translation model) with one message before any image is read."""

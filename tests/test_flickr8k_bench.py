@@ -1,6 +1,5 @@
 """bench/flickr8k.py: a mistake in its options is one message before any data is prepared or any model trained."""
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -8,18 +7,14 @@ import pytest
 from attnkit.errors import run_cli
 from conftest import standing_run_folder
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 @pytest.fixture
-def flickr8k(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    import flickr8k
-
+def flickr8k(bench, monkeypatch):
+    flickr8k = bench("flickr8k")
     monkeypatch.setattr(flickr8k, "ensure_dataset", lambda *_: pytest.fail("prepared data before checking the options"))
     monkeypatch.setattr(flickr8k, "train_captioning", lambda *_a, **_k: pytest.fail("trained before checking the options"))
-    yield flickr8k
-    sys.modules.pop("flickr8k", None)
+    return flickr8k
 
 
 @pytest.mark.parametrize(

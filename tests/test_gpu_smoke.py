@@ -2,21 +2,15 @@
 models, one line per step in steps.jsonl as it goes; what the precision step reads is the precision rule itself."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 @pytest.fixture
-def gpu_smoke(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    import gpu_smoke
-
-    yield gpu_smoke
-    sys.modules.pop("gpu_smoke", None)
+def gpu_smoke(bench):
+    return bench("gpu_smoke")
 
 
 def steps_of(folder: Path) -> dict:
@@ -107,6 +101,7 @@ def test_bad_options_are_one_error(tmp_path, capsys, gpu_smoke, argv, message):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_compile_measures_each_precision_compiled_too(tmp_path, gpu_smoke, monkeypatch):
     """--compile: the same seed and steps with train.compile (traced with aot_eager here), and the ratios that say
     whether bf16 and compiling pay."""
@@ -116,7 +111,7 @@ def test_compile_measures_each_precision_compiled_too(tmp_path, gpu_smoke, monke
 
     monkeypatch.setattr(attnkit.train, "COMPILE_BACKEND", "aot_eager")
     torch._dynamo.reset()
-    argv = ["--device", "cpu", "--tiny", "--out", str(tmp_path), "--only", "training", "--recipes", "translation,translation_transformer", "--compile"]
+    argv = ["--device", "cpu", "--tiny", "--out", str(tmp_path), "--only", "training", "--recipes", "translation", "--compile"]
     assert gpu_smoke.main(argv) == 0
     training = steps_of(tmp_path)["training"]
     assert training["status"] == "ok" and training["limit_s"] == pytest.approx(200 * 2.5 * 3 * 0.2 + 30)  # twice the runs, and compiling

@@ -1,31 +1,24 @@
 """bench/image_memory.py: the image-memory candidates train on a slice of Flickr8k and are measured end to end."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from attnkit.errors import UserError
 from conftest import needs_shared
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 @pytest.fixture
-def bench(monkeypatch):
+def memory_bench(bench):
     """The benchmark's module, for what it checks before it reads any data."""
-    monkeypatch.syspath_prepend(str(BENCH))
-    import image_memory
-
-    yield image_memory
-    sys.modules.pop("image_memory", None)
+    return bench("image_memory")
 
 
 @pytest.fixture
-def image_memory(bench):
+def image_memory(memory_bench):
     needs_shared("flickr8k", "images")
-    return bench
+    return memory_bench
 
 
 @pytest.mark.slow
@@ -78,16 +71,16 @@ def test_bad_input_is_one_clear_message(image_memory, tmp_path, argv, message):
 
 
 @pytest.fixture
-def no_work(bench, monkeypatch):
+def no_work(memory_bench, monkeypatch):
     """Training or preparing data is a failure of these tests: everything they check comes before it."""
 
     def refused(*args, **kwargs):
         raise AssertionError("work started before the bad input was refused")
 
-    monkeypatch.setattr(bench, "train_captioning", refused)
-    monkeypatch.setattr(bench, "busy_cores", refused)
-    monkeypatch.setattr(bench.prepare_flickr8k, "main", refused)
-    return bench
+    monkeypatch.setattr(memory_bench, "train_captioning", refused)
+    monkeypatch.setattr(memory_bench, "busy_cores", refused)
+    monkeypatch.setattr(memory_bench.prepare_flickr8k, "main", refused)
+    return memory_bench
 
 
 @pytest.mark.parametrize(
@@ -117,13 +110,13 @@ def test_a_run_the_benchmark_did_not_train_is_never_replaced(no_work, tmp_path):
     assert (run / "last.pt").read_bytes() == b"someone's run" and sorted(p.name for p in tmp_path.iterdir()) == ["x"]
 
 
-def test_a_run_the_benchmark_trained_is_replaced_and_one_it_measures_is_not(bench, tmp_path):
-    folders = bench.run_folders(["7x7, penalty 0", "v1.5-b"], tmp_path)
+def test_a_run_the_benchmark_trained_is_replaced_and_one_it_measures_is_not(memory_bench, tmp_path):
+    folders = memory_bench.run_folders(["7x7, penalty 0", "v1.5-b"], tmp_path)
     assert folders == {"7x7, penalty 0": tmp_path / "7x7_penalty_0", "v1.5-b": tmp_path / "v1.5-b"}
     ours = folders["7x7, penalty 0"]
     ours.mkdir()
     (ours / "best.pt").write_bytes(b"an earlier run of the benchmark")
-    (ours / bench.OWNER).write_text("7x7, penalty 0\n")
-    bench.check_ours(folders)  # no error: the benchmark's own run, which training replaces
+    (ours / memory_bench.OWNER).write_text("7x7, penalty 0\n")
+    memory_bench.check_ours(folders)  # no error: the benchmark's own run, which training replaces
     with pytest.raises(UserError, match="it would be replaced before it is measured"):
-        bench.main(["--quick", "--out", str(tmp_path), "--candidate", "7x7, penalty 0:", "--checkpoint", f"old: {ours / 'best.pt'}"])
+        memory_bench.main(["--quick", "--out", str(tmp_path), "--candidate", "7x7, penalty 0:", "--checkpoint", f"old: {ours / 'best.pt'}"])

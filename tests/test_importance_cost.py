@@ -1,23 +1,17 @@
 """bench/importance_cost.py: a mistake in its options is one message before any model loads."""
 
-import sys
-from pathlib import Path
 
 import pytest
 
 from attnkit.errors import run_cli
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 @pytest.fixture
-def importance_cost(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    import importance_cost
-
+def importance_cost(bench, monkeypatch):
+    importance_cost = bench("importance_cost")
     monkeypatch.setattr(importance_cost.AttentionComparer, "from_checkpoints", lambda *a, **k: pytest.fail("loaded models before checking the options"))
-    yield importance_cost
-    sys.modules.pop("importance_cost", None)
+    return importance_cost
 
 
 @pytest.mark.parametrize(

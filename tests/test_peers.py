@@ -27,7 +27,6 @@ from attnkit.data.text import write_parallel_dataset
 from attnkit.errors import UserError, run_cli
 from attnkit.vocab import Tokenizer
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
 LOG_PREFIX = "2026-11-24 03:00:00,000 - INFO - joeynmt.training - "  # Joey's formatter: asctime - levelname - name - message
 # Joey 2.3.0's own format strings for the lines the script reads (training.py, prediction.py, model.py, data.py).
 JOEY_FORMATS = {
@@ -47,12 +46,8 @@ SENTENCES = [
 
 
 @pytest.fixture
-def peers(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    import peers
-
-    yield peers
-    sys.modules.pop("peers", None)
+def peers(bench):
+    return bench("peers")
 
 
 TRANSFORMER_RECIPE = Path(__file__).resolve().parents[1] / "tasks/configs/multi30k_de_en_transformer_words.yaml"

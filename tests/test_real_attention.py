@@ -1,7 +1,6 @@
 """bench/real_attention.py: the real joint recipe trains on a slice of the shared data and the study runs end to end."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -10,19 +9,14 @@ from attnkit.checkpoint import load_checkpoint
 from attnkit.errors import UserError, run_cli
 from conftest import needs_shared, shared_data_root, standing_run_folder
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
 NO_MULTI30K_SENTENCE = "3482062809_3b694322c4.jpg"  # a Flickr8k test photo Multi30k does not describe
 
 
 @pytest.fixture
-def real_attention(monkeypatch):
+def real_attention(bench):
     needs_shared("flickr8k", "images")
     needs_shared("multi30k", "task1", "image_splits")
-    monkeypatch.syspath_prepend(str(BENCH))
-    import real_attention
-
-    yield real_attention
-    sys.modules.pop("real_attention", None)
+    return bench("real_attention")
 
 
 def test_the_study_photos_are_flickr8k_test_photos_with_multi30k_sentences(real_attention):

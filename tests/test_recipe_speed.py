@@ -1,6 +1,5 @@
 """bench/recipe_speed.py times each recipe's real training epoch on the same pairs (tiny recipes, toy data)."""
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -9,11 +8,8 @@ from attnkit.errors import UserError, run_cli
 
 
 @pytest.fixture
-def recipe_speed(monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
-    import recipe_speed
-
-    return recipe_speed
+def recipe_speed(bench):
+    return bench("recipe_speed")
 
 
 def test_both_families_are_timed_on_the_same_pairs(recipe_speed, toy_data, tmp_path):

@@ -1,8 +1,6 @@
 """bench/scst_start.py: what a self-critical stage starts from (its samples' reward and spread, its entropy per word)."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,16 +10,11 @@ from attnkit.config import load_config
 from attnkit.errors import run_cli
 from test_captioning import TINY, write_shape_images
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 @pytest.fixture
-def scst_start(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    import scst_start
-
-    yield scst_start
-    sys.modules.pop("scst_start", None)
+def scst_start(bench):
+    return bench("scst_start")
 
 
 def last_json(capsys) -> dict:

@@ -275,16 +275,15 @@ def test_the_form_is_read_part_by_part():
         form_fields("multipart/form-data", body)
 
 
-def test_many_large_photos_at_once_stay_within_one_requests_memory(joint, monkeypatch):
+@pytest.mark.slow
+def test_many_large_photos_at_once_stay_within_one_requests_memory(joint, bench):
     """Six 4000 x 4000 PNGs at once: the server's peak stays near one photo's work, far under six side by side.
     One photo's work is about 2.6 decoded photos (the decoded photo, its RGB copy, the figures: 125 MB here);
     what the allocator keeps between requests adds up to as much again (BENCHMARKS.md, "attnkit serve's memory",
     measures it at 7900 x 7900)."""
     if not sys.platform.startswith("linux"):
         pytest.skip("reads the server's memory from /proc")
-    monkeypatch.syspath_prepend(str(ROOT / "bench"))
-    import serve_memory
-
+    serve_memory = bench("serve_memory")
     side, clients = 4000, 6
     one_photo_mb = 2.6 * side * side * 3 / 1e6
     result = serve_memory.measure_server(str(joint), {"pixels": [serve_memory.uniform_png(side)] * clients})

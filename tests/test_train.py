@@ -275,8 +275,9 @@ def test_the_trainer_pads_its_batches_to_the_device_s_multiple(toy_data, tmp_pat
         assert all(padded_targets) if family == "transformer" else not all(padded_targets), family
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["bahdanau", "transformer"])
-def test_train_compile_compiles_the_repeated_parts_and_trains_as_eager(toy_data, tmp_path, monkeypatch, family):
+def test_train_compile_compiles_the_repeated_parts_and_trains_as_eager(small_toy_data, tmp_path, monkeypatch, family):
     """train.compile (traced here with aot_eager: the same graphs, no C++ or Triton build): the parts a step runs many
     times are compiled in place, so the checkpoint's weights keep their names, and an epoch (validation decoding
     included) ends with the weights eager training gives."""
@@ -292,7 +293,7 @@ def test_train_compile_compiles_the_repeated_parts_and_trains_as_eager(toy_data,
     for compiled in (False, True):
         run_dir = tmp_path / f"compile={compiled}"
         lines: list[str] = []
-        config = toy_config(toy_data, run_dir, "train.epochs=1", "train.valid_max_examples=8", f"train.compile={compiled}", *model)
+        config = toy_config(small_toy_data, run_dir, "train.epochs=1", "train.valid_max_examples=8", f"train.compile={compiled}", *model)
         train_translation(config, progress_bar=False, log=lines.append)
         runs[compiled] = (load_checkpoint(run_dir / "last.pt").model, lines)
     (eager, eager_log), (compiled, compiled_log) = runs[False], runs[True]
