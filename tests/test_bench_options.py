@@ -10,7 +10,6 @@ from attnkit.errors import UserError, run_cli
 from conftest import BENCH
 
 
-
 def exit_code(main, argv) -> int:
     """What the script's ``run_cli(main)`` exits with: argparse's own refusals exit 2 themselves."""
     try:

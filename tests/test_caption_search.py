@@ -10,7 +10,6 @@ from attnkit.errors import run_cli
 from test_captioning import TINY, write_shape_images
 
 
-
 @pytest.fixture
 def caption_search(bench):
     return bench("caption_search")

@@ -8,7 +8,6 @@ from attnkit.errors import run_cli
 from conftest import standing_run_folder
 
 
-
 @pytest.fixture
 def flickr8k(bench, monkeypatch):
     flickr8k = bench("flickr8k")

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 
-
 @pytest.fixture
 def gpu_smoke(bench):
     return bench("gpu_smoke")

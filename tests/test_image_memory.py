@@ -8,7 +8,6 @@ from attnkit.errors import UserError
 from conftest import needs_shared
 
 
-
 @pytest.fixture
 def memory_bench(bench):
     """The benchmark's module, for what it checks before it reads any data."""

@@ -1,10 +1,8 @@
 """bench/importance_cost.py: a mistake in its options is one message before any model loads."""
 
-
 import pytest
 
 from attnkit.errors import run_cli
-
 
 
 @pytest.fixture

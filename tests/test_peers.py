@@ -572,7 +572,6 @@ def test_joeys_own_loader_builds_the_same_transformer(peers, tmp_path):
     assert rates == pytest.approx([ours.train.lr / 2, ours.train.lr, ours.train.lr / 2])  # linear warm-up to the peak, then x sqrt(1000 / step)
 
 
-
 def test_joeys_side_is_written_out_before_anything_trains(peers, tmp_path, capsys):
     splits = {"train": SENTENCES, "valid": SENTENCES[:2], "test": SENTENCES}
     stale = tmp_path / "joeynmt" / "model"

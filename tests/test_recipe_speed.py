@@ -1,6 +1,5 @@
 """bench/recipe_speed.py times each recipe's real training epoch on the same pairs (tiny recipes, toy data)."""
 
-
 import pytest
 import torch
 

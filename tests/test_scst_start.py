@@ -11,7 +11,6 @@ from attnkit.errors import run_cli
 from test_captioning import TINY, write_shape_images
 
 
-
 @pytest.fixture
 def scst_start(bench):
     return bench("scst_start")

@@ -215,7 +215,6 @@ def test_device_and_precision_resolution():
         resolve_device("tpu")
 
 
-
 TRANSFORMER = [
     "text_encoder.family=transformer", "text_encoder.embedding_size=16", "text_encoder.hidden_size=16", "text_encoder.num_layers=1",
     "text_encoder.heads=2", "text_encoder.feedforward_size=32", "text_encoder.dropout=0", "decoder.family=transformer",
