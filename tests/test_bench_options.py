@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnkit.errors import UserError, run_cli
-from conftest import BENCH
+from conftest import ROOT
 
 
 def exit_code(main, argv) -> int:
@@ -251,5 +251,5 @@ def test_the_load_sample_and_the_calibration_are_shortened_only_when_asked_and_s
 
 
 def test_no_recorded_figure_was_measured_with_the_probes_shortened():
-    recorded = (BENCH.parent / "BENCHMARKS.md").read_text().replace('`"probe_scale": 0.02`', "")  # the sentence explaining it
+    recorded = (ROOT / "BENCHMARKS.md").read_text().replace('`"probe_scale": 0.02`', "")  # the sentence explaining it
     assert '"probe_scale"' not in recorded
