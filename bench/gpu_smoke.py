@@ -17,8 +17,10 @@ with its error and the next step runs. The steps:
 2. ``precision``: per recipe, the dtype every watched operation of each part (encoders, decoder
    RNN, attention, output layer) really ran in under ``--precision``'s autocast (bf16 by default), as the dispatcher sees
    it (:class:`attnkit.precision.PrecisionProbe`); recurrent layers must show float32.
-3. ``host_syncs``: the host synchronisations of one training step per recipe, counted with
-   ``torch.cuda.set_sync_debug_mode("warn")`` (CUDA only; skipped on a CPU).
+3. ``host_syncs``: per recipe, where one training step reads a tensor's values on the host (``host_reads``,
+   :class:`attnkit.host_reads.HostReads`, on any device: on a GPU each is a host synchronisation), and on CUDA
+   the synchronisations its own ``torch.cuda.set_sync_debug_mode("warn")`` reports (``syncs``): the truth the
+   first stands in for where there is no GPU.
 4. ``training``: per recipe, training tokens/s in bf16 and in fp32 (+ TF32 on CUDA), the mean loss
    of the last epoch after the same steps from the same seed, peak memory, and the share of a few
    steps' wall time the kernels ran (``kernel_share``: the profiler's device time over wall time on
@@ -66,6 +68,7 @@ from attnkit.data.batching import BatchLimit
 from attnkit.data.scenes import write_scene_dataset
 from attnkit.distributed import Distributed, autocast, resolve_device
 from attnkit.errors import UserError, first_line, run_cli
+from attnkit.host_reads import HostReads
 from attnkit.multitask import prepare_multitask
 from attnkit.precision import OperationCount, PrecisionProbe
 from attnkit.search import search
@@ -296,9 +299,15 @@ def precision_parts(trainer: Trainer) -> dict:
 
 
 def host_syncs(trainer: Trainer) -> dict:
-    """The synchronising calls of one training step (after one warm-up step), as CUDA's sync debug mode reports them."""
+    """One training step's host reads (after one warm-up step), where the code reads a tensor's values, and on CUDA
+    the synchronising calls of one more step, as CUDA's sync debug mode reports them."""
     batch = first_batch(trainer)
     trainer.train_step(batch)
+    with HostReads() as found:
+        trainer.train_step(batch)
+    result = {"host_reads": len(found.reads), "reads": found.reads[:5]}
+    if trainer.device.type != "cuda":
+        return result
     synchronise(trainer.device)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -309,7 +318,7 @@ def host_syncs(trainer: Trainer) -> dict:
             torch.cuda.set_sync_debug_mode("default")
     # The mode's own notice ("... is a prototype feature ...") is no synchronisation: only "called a synchronizing ..." counts.
     messages = [first_line(w.message) for w in caught if "called a synchronizing" in str(w.message)]
-    return {"syncs": len(messages), "messages": sorted(set(messages))[:5]}
+    return {**result, "syncs": len(messages), "messages": sorted(set(messages))[:5]}
 
 
 def decoding(trainer: Trainer, search_config, deadline: float) -> dict:
@@ -437,9 +446,7 @@ def main(argv=None) -> int:
         work_of = {
             "environment": lambda deadline: environment(device),
             "precision": lambda deadline: for_each_recipe(lambda name, _: precision_parts(trainer_for(name)), deadline),
-            "host_syncs": lambda deadline: (
-                for_each_recipe(lambda name, _: host_syncs(trainer_for(name)), deadline) if device.type == "cuda" else {"skipped": "needs CUDA"}
-            ),
+            "host_syncs": lambda deadline: for_each_recipe(lambda name, _: host_syncs(trainer_for(name)), deadline),
             "training": lambda deadline: for_each_recipe(training, deadline),
             "decoding": lambda deadline: for_each_recipe(
                 lambda name, d: decoding(*(trained.get(name) or (trainer_for(name), configs[args.precision][name][1].search)), d), deadline

@@ -23,7 +23,7 @@ def test_the_gpu_check_runs_every_step_on_a_cpu_under_bf16(tmp_path, capsys, gpu
     assert list(steps) == list(gpu_smoke.STEPS)
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == steps  # the last stdout line holds them all
     assert all(step["status"] == "ok" for step in steps.values()), {name: step.get("error") for name, step in steps.items()}
-    assert steps["host_syncs"]["skipped"] == "needs CUDA"
+    assert {name: recipe["host_reads"] for name, recipe in steps["host_syncs"]["recipes"].items()} == dict.fromkeys(gpu_smoke.RECIPES, 0)
 
     precision = steps["precision"]["recipes"]
     for name in gpu_smoke.RECIPES:
@@ -48,6 +48,14 @@ def test_the_gpu_check_runs_every_step_on_a_cpu_under_bf16(tmp_path, capsys, gpu
     assert all(recipe["beam5"]["sentences"] > 0 for recipe in steps["decoding"]["recipes"].values())
     assert steps["round_trip"]["exit_codes"] == {"train": 0, "resume": 0, "evaluate": 0} and steps["round_trip"]["epochs_logged"] == [1, 2, 3]
     assert steps["pixels"]["images_per_s"] > 0
+
+
+def test_no_recipe_s_training_step_reads_a_value_back_from_the_device(tmp_path, gpu_smoke):
+    """On a GPU each such read would stop the host until the device caught up (attnkit.host_reads); the check's
+    host_syncs step finds them on a CPU too, and every recipe's step (model, loss, clipping, fused Adam) has none."""
+    assert gpu_smoke.main(["--device", "cpu", "--tiny", "--out", str(tmp_path), "--only", "host_syncs"]) == 0
+    recipes = steps_of(tmp_path)["host_syncs"]["recipes"]
+    assert recipes == {name: {"host_reads": 0, "reads": []} for name in gpu_smoke.RECIPES}  # no "syncs": that count needs CUDA
 
 
 def test_a_failing_step_is_recorded_and_the_next_one_runs(tmp_path, capsys, gpu_smoke, monkeypatch):

@@ -125,34 +125,6 @@ def test_packing_from_the_host_lengths_equals_torch_s_unsorted_packing(rnn):
     assert torch.equal(unpack_in_batch_order(ours[0], 6), pad_packed_sequence(theirs[0], batch_first=True, total_length=6)[0])
 
 
-def test_the_rnn_text_encoder_reads_nothing_back_from_the_device(monkeypatch):
-    """No host synchronisation in the bi-GRU's step: on a CPU, no tensor is asked for its host copy or its values
-    (on CUDA each would wait for the GPU; torch's own unpacking asked for the batch order's host copy), except the
-    packed sequence's batch sizes, which PackedSequence keeps on the host by design (torch's RNN reads the first)."""
-    import traceback
-
-    from attnkit.config import TextEncoderConfig
-    from attnkit.encoders.text import TextEncoder
-
-    encoder = TextEncoder(TextEncoderConfig(rnn="gru", embedding_size=6, hidden_size=5, dropout=0.0), 12)
-    tokens = pad_sequences([[4, 5], [6, 7, 8, 9], [10], [4, 4, 4]])
-    reads = []
-
-    def watched(name, original):
-        def read(self, *args, **kwargs):
-            caller = traceback.extract_stack(limit=2)[0]
-            if caller.name != "get_expected_hidden_size":  # int(batch_sizes[0]): a host tensor
-                reads.append(f"{name} in {caller.name}")
-            return original(self, *args, **kwargs)
-
-        return read
-
-    for method in ("cpu", "item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__"):
-        monkeypatch.setattr(torch.Tensor, method, watched(method, getattr(torch.Tensor, method)))
-    encoder(tokens).memory.sum().backward()
-    assert reads == []
-
-
 def test_cached_features_travel_in_fp16_and_are_upcast_on_arrival():
     features = GridFeatures(torch.ones(2, 3, 2, 2, dtype=torch.float16))
     moved = features.to("cpu")
