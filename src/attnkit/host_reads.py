@@ -44,6 +44,7 @@ INDEXING = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
 
 # Reads by torch's recurrent layers: of PackedSequence.batch_sizes, on the host by design.
 _HOST_BY_DESIGN = "/torch/nn/modules/rnn.py"
+_THIS = str(Path(__file__)).replace("\\", "/")
 
 
 def _reader() -> tuple[str, int, str] | None:
@@ -57,9 +58,6 @@ def _reader() -> tuple[str, int, str] | None:
     return None
 
 
-_THIS = str(Path(__file__)).replace("\\", "/")
-
-
 def _is_boolean_mask(index) -> bool:
     return isinstance(index, torch.Tensor) and index.dtype in (torch.bool, torch.uint8)
 
@@ -71,7 +69,7 @@ class HostReads:
 
     def __init__(self):
         self.reads: list[str] = []
-        self._inside_read = 0  # > 0 while a read asked from Python runs: its operators are that read
+        self.within_read = 0  # > 0 while a read asked from Python runs: the operators it reaches are that read
         self._modes = (_AskedFromPython(self), _ReachedByOperators(self))
 
     def __enter__(self) -> HostReads:
@@ -108,11 +106,11 @@ class _AskedFromPython(TorchFunctionMode):
         if name not in VALUE_READS:
             return func(*args, **(kwargs or {}))
         self.found.record(name)
-        self.found._inside_read += 1
+        self.found.within_read += 1
         try:
             return func(*args, **(kwargs or {}))
         finally:
-            self.found._inside_read -= 1
+            self.found.within_read -= 1
 
 
 class _ReachedByOperators(TorchDispatchMode):
@@ -122,7 +120,7 @@ class _ReachedByOperators(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not self.found._inside_read:
+        if not self.found.within_read:
             name = func.overloadpacket.__name__
             if name in VALUE_DEPENDENT_OPERATIONS:
                 self.found.record(name)
