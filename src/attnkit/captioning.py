@@ -249,6 +249,16 @@ class Captioner:
         self, items: Sequence[CaptionedImage], root: Path, beam_size: int | None = None, batch_size: int = 32, meteor: bool = True, log=print
     ) -> dict:
         """Caption metrics of ``items`` (image paths relative to ``root``) against all their references (METEOR optional: it starts Java)."""
+        hypotheses, references, unreadable = self.caption_with_references(items, root, beam_size, batch_size, log)
+        scores = caption_scores(hypotheses, references, meteor=meteor, log=log)
+        return {**scores, "images": len(items), "unreadable": unreadable, "beam_size": beam_size or self.search.beam_size}
+
+    def caption_with_references(
+        self, items: Sequence[CaptionedImage], root: Path, beam_size: int | None = None, batch_size: int = 32, log=print
+    ) -> tuple[list[list[str]], list[list[list[str]]], int]:
+        """What :meth:`evaluate` scores: each image's best caption (its words; none for an image that cannot be read,
+        which ``log`` warns of), its references tokenised as this captioner's tokenizer reads them, and how many
+        images could not be read."""
         if not items:
             raise UserError("nothing to evaluate: no images")
         captions = self.caption([root / item.image for item in items], beam_size, batch_size)
@@ -257,8 +267,7 @@ class Captioner:
             log(f"warning: {caption.error}")
         tokenize = self.pipeline.tokenizer.tokenize
         references = [[tokenize(r) for r in item.captions] for item in items]
-        scores = caption_scores([c[0].words for c in captions], references, meteor=meteor, log=log)
-        return {**scores, "images": len(items), "unreadable": len(failed), "beam_size": beam_size or self.search.beam_size}
+        return [c[0].words for c in captions], references, len(failed)
 
 
 def _name(image: ImageInput, number: int) -> str:
