@@ -1,4 +1,4 @@
-"""How far apart captioners' test BLEU-4 can lie by the choice of test photos alone: a paired bootstrap over photos.
+"""How far apart captioners' test BLEU-4 and CIDEr-D can lie by the choice of test photos alone: a paired bootstrap over photos.
 
     python bench/caption_bootstrap.py RUN_A/best.pt RUN_B/best.pt [RUN_C/best.pt ...] --cache cache/features
 
@@ -6,17 +6,20 @@ Flickr8k's test split is 490 photos; two recipes that tie on validation have sco
 (BENCHMARKS.md). This says how much of such a gap the photos alone can make, for checkpoints already trained:
 
 1. Each checkpoint captions the split's photos once, with its own search settings at beam ``--beam`` (5, as the
-   captioning target is measured), and its corpus BLEU-4 is NLTK's, the ``bleu4_nltk`` of ``bench/flickr8k.py``.
+   captioning targets are measured): its corpus BLEU-4 is NLTK's and its CIDEr-D pycocoevalcap's, the
+   ``bleu4_nltk`` and ``cider_d`` of ``bench/flickr8k.py``.
 2. ``--resamples`` times, photos are drawn with replacement, the same draw for every checkpoint (paired: a photo
-   that is hard for one is hard for the others), and each checkpoint's corpus BLEU-4 is computed on the draw
+   that is hard for one is hard for the others), and each checkpoint's figures are computed on the draw
    (Koehn 2004, "Statistical significance tests for machine translation evaluation").
-3. Per checkpoint: its BLEU-4, and its standard deviation over the draws (what the photos alone move a figure by).
-   For each checkpoint after the first: its difference from the first, the 95 % interval of that difference over
-   the draws, and the share of draws in which it is above the first.
+3. Per checkpoint and figure: its value, and its standard deviation over the draws (what the photos alone move it
+   by). For each checkpoint after the first: its difference from the first, the 95 % interval of that difference
+   over the draws, and the share of draws in which it is above the first.
 
-Corpus BLEU is computed from each photo's n-gram matches and lengths summed over a draw, exactly as NLTK sums
-them (a test checks it equals ``nltk.translate.bleu_score.corpus_bleu``), so a draw costs a matrix product, not
-a scoring pass. Human-readable lines first; the LAST line of stdout is one JSON object.
+A draw costs a matrix product, not a scoring pass. Corpus BLEU comes from each photo's n-gram matches and lengths
+summed over the draw, exactly as NLTK sums them (a test checks it equals ``nltk.translate.bleu_score.corpus_bleu``).
+CIDEr-D is the draw's mean of each photo's CIDEr-D, with the document frequencies of the whole split's references
+held fixed (pycocoevalcap would count a drawn photo's references again). Human-readable lines first; the LAST
+line of stdout is one JSON object.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from attnkit.captioning import Captioner
 from attnkit.cli import positive_int
 from attnkit.data.captions import image_root, read_caption_split
 from attnkit.errors import UserError, run_cli
-from attnkit.metrics import caption_words
+from attnkit.metrics import caption_words, cider_d_per_image
 from machine import busy_cores, print_result, project_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,27 +85,33 @@ def corpus_bleu4(totals: np.ndarray) -> np.ndarray:
     return 100 * np.where(matches[..., 0] == 0, 0.0, score)
 
 
-def paired_bootstrap(statistics: Sequence[np.ndarray], resamples: int, seed: int) -> np.ndarray:
-    """Each system's corpus BLEU-4 on the same ``resamples`` draws of photos with replacement -> (systems, resamples)."""
-    photos = len(statistics[0])
+def figures(photo_figures: dict[str, np.ndarray], draws: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Each figure of one checkpoint on the whole split (``draws`` None: a scalar each) or on each draw (R, P) -> (R,).
+    ``photo_figures``: ``bleu4_nltk``, the photos' BLEU statistics (P, 2 * ORDERS + 2); ``cider_d``, each photo's CIDEr-D (P,)."""
+    bleu, cider = photo_figures["bleu4_nltk"], photo_figures["cider_d"]
+    if draws is None:
+        return {"bleu4_nltk": corpus_bleu4(bleu.sum(0)), "cider_d": 100 * cider.mean()}
+    return {"bleu4_nltk": corpus_bleu4(draws @ bleu), "cider_d": 100 * (draws @ cider) / len(cider)}
+
+
+def compare(names: Sequence[str], photo_figures: Sequence[dict[str, np.ndarray]], resamples: int, seed: int) -> list[dict]:
+    """Per checkpoint and figure its value and spread over the same ``resamples`` draws of photos; after the first, its
+    difference from the first with the 95 % interval and the share of draws in which it is above."""
+    photos = len(photo_figures[0]["cider_d"])
     draws = np.random.default_rng(seed).multinomial(photos, np.full(photos, 1.0 / photos), size=resamples)  # (R, P): times each photo is drawn
-    return np.stack([corpus_bleu4(draws @ photo_statistics) for photo_statistics in statistics])  # (S, R)
-
-
-def compare(names: Sequence[str], statistics: Sequence[np.ndarray], resamples: int, seed: int) -> list[dict]:
-    """Per system its BLEU-4 and spread over the draws; after the first, its difference from the first with the 95 %
-    interval and the share of draws in which it is above."""
-    drawn = paired_bootstrap(statistics, resamples, seed)  # (S, R)
+    drawn = [figures(checkpoint, draws) for checkpoint in photo_figures]  # per checkpoint: figure -> (R,)
     rows = []
-    for index, (name, photo_statistics) in enumerate(zip(names, statistics, strict=True)):
-        row = {"checkpoint": name, "bleu4_nltk": round(float(corpus_bleu4(photo_statistics.sum(0))), 2), "std_over_draws": round(float(drawn[index].std()), 2)}
-        if index:
-            difference = drawn[index] - drawn[0]
-            low, high = np.percentile(difference, [2.5, 97.5])
-            row.update(
-                minus_first=round(row["bleu4_nltk"] - rows[0]["bleu4_nltk"], 2), interval_95=[round(float(low), 2), round(float(high), 2)],
-                share_above_first=round(float((difference > 0).mean()), 3),
-            )  # fmt: skip
+    for index, (name, checkpoint) in enumerate(zip(names, photo_figures, strict=True)):
+        row = {"checkpoint": name}
+        for figure, value in figures(checkpoint).items():
+            row[figure] = {"value": round(float(value), 2), "std_over_draws": round(float(drawn[index][figure].std()), 2)}
+            if index:
+                difference = drawn[index][figure] - drawn[0][figure]
+                low, high = np.percentile(difference, [2.5, 97.5])
+                row[figure].update(
+                    minus_first=round(row[figure]["value"] - rows[0][figure]["value"], 2), interval_95=[round(float(low), 2), round(float(high), 2)],
+                    share_above_first=round(float((difference > 0).mean()), 3),
+                )  # fmt: skip
         rows.append(row)
     return rows
 
@@ -117,20 +126,23 @@ def main(argv: list[str] | None = None) -> int:
     busy_before = busy_cores()
     items = read_caption_split(args.data, args.split)
     root = image_root(args.data)
-    names, statistics = [], []
+    names, photo_figures = [], []
     for path in args.checkpoints:
         captioner = Captioner.from_checkpoint(path, cache_dir=args.cache)
         hypotheses, references, unreadable = captioner.caption_with_references(items, root, args.beam, batch_size=64)
         if unreadable:
             raise UserError(f"{unreadable} of the {args.split} photos could not be read: the figures would not be the split's")
+        hypotheses, references = [caption_words(h) for h in hypotheses], [[caption_words(r) for r in refs] for refs in references]  # as caption_scores reads them
         names.append(project_path(str(Path(path).resolve())))
-        statistics.append(bleu_statistics([caption_words(h) for h in hypotheses], [[caption_words(r) for r in refs] for refs in references]))
-        print(f"{names[-1]}: BLEU-4 {float(corpus_bleu4(statistics[-1].sum(0))):.2f} (NLTK) on {len(items)} {args.split} photos, beam {args.beam}")
-    rows = compare(names, statistics, args.resamples, args.seed)
-    for row in rows[1:]:
-        low, high = row["interval_95"]
-        print(f"{row['checkpoint']} - {rows[0]['checkpoint']}: {row['minus_first']:+.2f} BLEU-4, 95 % of draws within [{low:+.2f}, {high:+.2f}], above in {100 * row['share_above_first']:.1f} %")
-    print(f"spread of each figure over the draws (std): {', '.join(str(row['std_over_draws']) for row in rows)}")
+        photo_figures.append({"bleu4_nltk": bleu_statistics(hypotheses, references), "cider_d": np.array(cider_d_per_image(hypotheses, references))})
+        whole = figures(photo_figures[-1])
+        print(f"{names[-1]}: BLEU-4 {whole['bleu4_nltk']:.2f} (NLTK), CIDEr-D {whole['cider_d']:.2f} on {len(items)} {args.split} photos, beam {args.beam}")
+    rows = compare(names, photo_figures, args.resamples, args.seed)
+    for figure, label in (("bleu4_nltk", "BLEU-4"), ("cider_d", "CIDEr-D")):
+        for row in rows[1:]:
+            low, high = row[figure]["interval_95"]
+            print(f"{row['checkpoint']} - {rows[0]['checkpoint']}: {row[figure]['minus_first']:+.2f} {label}, 95 % of draws within [{low:+.2f}, {high:+.2f}], above in {100 * row[figure]['share_above_first']:.1f} %")
+        print(f"{label} of each checkpoint over the draws (std): {', '.join(str(row[figure]['std_over_draws']) for row in rows)}")
     result = {
         "benchmark": "caption_bootstrap", "data": project_path(str(Path(args.data).resolve())), "split": args.split, "photos": len(items),
         "beam": args.beam, "resamples": args.resamples, "seed": args.seed, "checkpoints": rows,

@@ -1,12 +1,13 @@
-"""bench/caption_bootstrap.py: corpus BLEU-4 from per-photo statistics is NLTK's, the draws are paired (a checkpoint
-against itself differs by nothing in every draw), a better caption set is above in the draws, and the script scores
-a checkpoint as `evaluate` does."""
+"""bench/caption_bootstrap.py: corpus BLEU-4 from per-photo statistics is NLTK's, a draw of every photo once gives the
+split's BLEU-4 and CIDEr-D, the draws are paired (a checkpoint against itself differs by nothing in every draw), a
+better caption set is above in the draws, and the script scores a checkpoint as `evaluate` does."""
 
 import contextlib
 import json
 import random
 import warnings
 
+import numpy as np
 import pytest
 from nltk.translate.bleu_score import corpus_bleu
 
@@ -43,15 +44,35 @@ def nltk_quiet():
         yield
 
 
+def photo_figures(caption_bootstrap, hypotheses, references) -> dict:
+    from attnkit.metrics import cider_d_per_image
+
+    with nltk_quiet():
+        return {"bleu4_nltk": caption_bootstrap.bleu_statistics(hypotheses, references), "cider_d": np.array(cider_d_per_image(hypotheses, references))}
+
+
+def test_a_draw_of_every_photo_once_gives_the_whole_split_s_figures(caption_bootstrap):
+    from attnkit.metrics import caption_scores
+
+    hypotheses, references = random_captions(random.Random(3), photos=25)
+    checkpoint = photo_figures(caption_bootstrap, hypotheses, references)
+    once = caption_bootstrap.figures(checkpoint, np.ones((1, 25), dtype=np.int64))
+    whole = caption_bootstrap.figures(checkpoint)
+    with nltk_quiet():
+        scored = caption_scores(hypotheses, references, meteor=False)
+    for figure in ("bleu4_nltk", "cider_d"):
+        assert once[figure][0] == pytest.approx(whole[figure], abs=1e-9) and round(float(whole[figure]), 2) == scored[figure], figure
+
+
 def test_the_draws_are_paired_and_a_better_caption_set_is_above_in_them(caption_bootstrap):
     rng = random.Random(7)
     hypotheses, references = random_captions(rng, photos=60)
     better = [list(refs[0]) if index % 3 == 0 else hypothesis for index, (hypothesis, refs) in enumerate(zip(hypotheses, references))]  # a third copied from a reference
-    with nltk_quiet():
-        statistics = [caption_bootstrap.bleu_statistics(captions, references) for captions in (hypotheses, hypotheses, better)]
-    same, improved = caption_bootstrap.compare(["a", "a again", "better"], statistics, resamples=300, seed=0)[1:]
-    assert same["minus_first"] == 0 and same["interval_95"] == [0, 0] and same["share_above_first"] == 0
-    assert improved["minus_first"] > 0 and improved["interval_95"][0] > 0 and improved["share_above_first"] == 1.0
+    checkpoints = [photo_figures(caption_bootstrap, captions, references) for captions in (hypotheses, hypotheses, better)]
+    same, improved = caption_bootstrap.compare(["a", "a again", "better"], checkpoints, resamples=300, seed=0)[1:]
+    for figure in ("bleu4_nltk", "cider_d"):
+        assert same[figure]["minus_first"] == 0 and same[figure]["interval_95"] == [0, 0] and same[figure]["share_above_first"] == 0, figure
+        assert improved[figure]["minus_first"] > 0 and improved[figure]["interval_95"][0] > 0 and improved[figure]["share_above_first"] == 1.0, figure
 
 
 def test_a_checkpoint_against_itself_scores_as_evaluate_and_differs_by_nothing(caption_bootstrap, tmp_path, capsys):
@@ -68,8 +89,10 @@ def test_a_checkpoint_against_itself_scores_as_evaluate_and_differs_by_nothing(c
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     first, second = result["checkpoints"]
     evaluated = Captioner.from_checkpoint(checkpoint).evaluate(read_caption_split(data, "test"), image_root(data), beam_size=2, meteor=False, log=lambda _: None)
-    assert first["bleu4_nltk"] == second["bleu4_nltk"] == evaluated["bleu4_nltk"] and result["photos"] == 12
-    assert second["minus_first"] == 0 and second["interval_95"] == [0, 0]
+    assert result["photos"] == 12
+    for figure in ("bleu4_nltk", "cider_d"):
+        assert first[figure]["value"] == second[figure]["value"] == evaluated[figure], figure
+        assert second[figure]["minus_first"] == 0 and second[figure]["interval_95"] == [0, 0], figure
 
 
 @pytest.mark.parametrize("argv, message", [(["one.pt"], "give two or more checkpoints"), (["one.pt", "two.pt"], "no checkpoint at one.pt, two.pt")])

@@ -94,8 +94,7 @@ def caption_scores(
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} reference sets")
     hyps = [caption_words(h) for h in hypotheses]
     refs = [[caption_words(r) for r in rs] for rs in references]
-    generated = {i: [" ".join(h)] for i, h in enumerate(hyps)}
-    gold = {i: [" ".join(r) for r in rs] for i, rs in enumerate(refs)}
+    gold, generated = coco_inputs(hyps, refs)
     bleu, _ = Bleu(4).compute_score(gold, generated, verbose=0)
     cider, _ = Cider().compute_score(gold, generated)
     scores: dict[str, float | None] = {f"bleu{n}": round(100 * bleu[n - 1], 2) for n in range(1, 5)}
@@ -113,6 +112,21 @@ def caption_scores(
         warnings.simplefilter("ignore", UserWarning)
         scores["bleu4_nltk"] = round(100 * corpus_bleu(refs, hyps), 2)
     return scores
+
+
+def coco_inputs(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]) -> tuple[dict, dict]:
+    """(references, captions) as pycocoevalcap's scorers take them, keyed by image number: words (as
+    :func:`caption_words` leaves them) joined by spaces."""
+    return {i: [" ".join(r) for r in rs] for i, rs in enumerate(references)}, {i: [" ".join(h)] for i, h in enumerate(hypotheses)}
+
+
+def cider_d_per_image(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]) -> list[float]:
+    """pycocoevalcap's CIDEr-D of each caption (on its 0-10 scale), document frequencies from all of ``references``:
+    their mean is :func:`caption_scores`' ``cider_d`` / 100. Words as :func:`caption_words` leaves them."""
+    from pycocoevalcap.cider.cider import Cider
+
+    _, per_image = Cider().compute_score(*coco_inputs(hypotheses, references))
+    return [float(score) for score in per_image]
 
 
 # -- CIDEr-D as a reward ----------------------------------------------------------------------------------
