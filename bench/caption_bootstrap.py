@@ -85,23 +85,29 @@ def corpus_bleu4(totals: np.ndarray) -> np.ndarray:
     return 100 * np.where(matches[..., 0] == 0, 0.0, score)
 
 
-def figures(photo_figures: dict[str, np.ndarray], draws: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Each figure of one checkpoint on the whole split (``draws`` None: a scalar each) or on each draw (R, P) -> (R,).
-    ``photo_figures``: ``bleu4_nltk``, the photos' BLEU statistics (P, 2 * ORDERS + 2); ``cider_d``, each photo's CIDEr-D (P,)."""
-    bleu, cider = photo_figures["bleu4_nltk"], photo_figures["cider_d"]
+def photo_figures(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]) -> dict[str, np.ndarray]:
+    """What each figure needs of each photo (words as :func:`attnkit.metrics.caption_words` leaves them): ``bleu4_nltk``,
+    its BLEU statistics (P, 2 * ORDERS + 2); ``cider_d``, its pycocoevalcap CIDEr-D (P,), the split's document frequencies."""
+    return {"bleu4_nltk": bleu_statistics(hypotheses, references), "cider_d": np.array(cider_d_per_image(hypotheses, references))}
+
+
+def figures(per_photo: dict[str, np.ndarray], draws: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Each figure of one checkpoint (its :func:`photo_figures`) on the whole split (``draws`` None: a scalar each)
+    or on each draw (R, P) -> (R,)."""
+    bleu, cider = per_photo["bleu4_nltk"], per_photo["cider_d"]
     if draws is None:
         return {"bleu4_nltk": corpus_bleu4(bleu.sum(0)), "cider_d": 100 * cider.mean()}
     return {"bleu4_nltk": corpus_bleu4(draws @ bleu), "cider_d": 100 * (draws @ cider) / len(cider)}
 
 
-def compare(names: Sequence[str], photo_figures: Sequence[dict[str, np.ndarray]], resamples: int, seed: int) -> list[dict]:
+def compare(names: Sequence[str], checkpoints: Sequence[dict[str, np.ndarray]], resamples: int, seed: int) -> list[dict]:
     """Per checkpoint and figure its value and spread over the same ``resamples`` draws of photos; after the first, its
     difference from the first with the 95 % interval and the share of draws in which it is above."""
-    photos = len(photo_figures[0]["cider_d"])
+    photos = len(checkpoints[0]["cider_d"])
     draws = np.random.default_rng(seed).multinomial(photos, np.full(photos, 1.0 / photos), size=resamples)  # (R, P): times each photo is drawn
-    drawn = [figures(checkpoint, draws) for checkpoint in photo_figures]  # per checkpoint: figure -> (R,)
+    drawn = [figures(checkpoint, draws) for checkpoint in checkpoints]  # per checkpoint: figure -> (R,)
     rows = []
-    for index, (name, checkpoint) in enumerate(zip(names, photo_figures, strict=True)):
+    for index, (name, checkpoint) in enumerate(zip(names, checkpoints, strict=True)):
         row = {"checkpoint": name}
         for figure, value in figures(checkpoint).items():
             row[figure] = {"value": round(float(value), 2), "std_over_draws": round(float(drawn[index][figure].std()), 2)}
@@ -126,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     busy_before = busy_cores()
     items = read_caption_split(args.data, args.split)
     root = image_root(args.data)
-    names, photo_figures = [], []
+    names, checkpoints = [], []
     for path in args.checkpoints:
         captioner = Captioner.from_checkpoint(path, cache_dir=args.cache)
         hypotheses, references, unreadable = captioner.caption_with_references(items, root, args.beam, batch_size=64)
@@ -134,10 +140,10 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"{unreadable} of the {args.split} photos could not be read: the figures would not be the split's")
         hypotheses, references = [caption_words(h) for h in hypotheses], [[caption_words(r) for r in refs] for refs in references]  # as caption_scores reads them
         names.append(project_path(str(Path(path).resolve())))
-        photo_figures.append({"bleu4_nltk": bleu_statistics(hypotheses, references), "cider_d": np.array(cider_d_per_image(hypotheses, references))})
-        whole = figures(photo_figures[-1])
+        checkpoints.append(photo_figures(hypotheses, references))
+        whole = figures(checkpoints[-1])
         print(f"{names[-1]}: BLEU-4 {whole['bleu4_nltk']:.2f} (NLTK), CIDEr-D {whole['cider_d']:.2f} on {len(items)} {args.split} photos, beam {args.beam}")
-    rows = compare(names, photo_figures, args.resamples, args.seed)
+    rows = compare(names, checkpoints, args.resamples, args.seed)
     for figure, label in (("bleu4_nltk", "BLEU-4"), ("cider_d", "CIDEr-D")):
         for row in rows[1:]:
             low, high = row[figure]["interval_95"]

@@ -45,10 +45,8 @@ def nltk_quiet():
 
 
 def photo_figures(caption_bootstrap, hypotheses, references) -> dict:
-    from attnkit.metrics import cider_d_per_image
-
     with nltk_quiet():
-        return {"bleu4_nltk": caption_bootstrap.bleu_statistics(hypotheses, references), "cider_d": np.array(cider_d_per_image(hypotheses, references))}
+        return caption_bootstrap.photo_figures(hypotheses, references)
 
 
 def test_a_draw_of_every_photo_once_gives_the_whole_split_s_figures(caption_bootstrap):
