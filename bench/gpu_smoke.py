@@ -190,6 +190,8 @@ def never_validated(model) -> dict:
 def build_trainer(name: str, prepare, config, device: torch.device, work: Path) -> Trainer:
     """The recipe's model, data and shared Trainer, seeded alike for every precision."""
     context = RunContext(Distributed(), device, lambda _: None)
+    if config.train.compile:  # as in a process of its own: compiled code, and its limit on recompiling, is shared by every model
+        torch._dynamo.reset()
     torch.manual_seed(config.train.seed)
     setup = prepare(config, None, context)
     return Trainer(
@@ -229,6 +231,8 @@ def train_for(trainer: Trainer, steps: int, deadline: float) -> dict:
         result["peak_memory_allocated_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
     if time.perf_counter() < deadline:
         result["kernel_share"] = kernel_share(trainer, 1 if device.type == "cpu" else 20)  # on a CPU a path check: parsing the profile costs seconds a step
+    if trainer.config.compile:  # a part torch.compile could not trace whole ran eager: its speed is not compile's
+        result["compile_breaks"] = trainer.compile_breaks()
     if time.perf_counter() < deadline and not trainer.config.compile:  # a compiled step's operations are its graphs'
         result.update(operations_per_step(trainer))
     return result

@@ -110,8 +110,8 @@ def test_bad_options_are_one_error(tmp_path, capsys, gpu_smoke, argv, message):
 
 @pytest.mark.slow
 def test_compile_measures_each_precision_compiled_too(tmp_path, gpu_smoke, monkeypatch):
-    """--compile: the same seed and steps with train.compile (traced with aot_eager here), and the ratios that say
-    whether bf16 and compiling pay."""
+    """--compile: the same seed and steps with train.compile (traced with aot_eager here), where torch.compile could
+    not trace a part (none), and the ratios that say whether bf16 and compiling pay."""
     import torch
 
     import attnkit.train
@@ -127,5 +127,6 @@ def test_compile_measures_each_precision_compiled_too(tmp_path, gpu_smoke, monke
         for precision in ("bf16", "fp32"):  # compiled from the same seed: the same steps, the same loss
             eager, compiled = recipe[precision], recipe[f"{precision}_compiled"]
             assert compiled["steps"] == eager["steps"] and compiled["train_loss_last_epoch"] == pytest.approx(eager["train_loss_last_epoch"], abs=1e-3), name
+            assert compiled["compile_breaks"] == [] and "compile_breaks" not in eager, name  # every part traced whole
         assert set(recipe["speed_ratios"]) == {"bf16/fp32", "bf16_compiled/fp32_compiled", "bf16_compiled/bf16", "fp32_compiled/fp32"}, name
         assert recipe["speed_ratios"]["fp32_compiled/fp32"] == round(recipe["fp32_compiled"]["tokens_per_s_last_epoch"] / recipe["fp32"]["tokens_per_s_last_epoch"], 3)

@@ -278,8 +278,9 @@ def test_the_trainer_pads_its_batches_to_the_device_s_multiple(toy_data, tmp_pat
 @pytest.mark.parametrize("family", ["bahdanau", "transformer"])
 def test_train_compile_compiles_the_repeated_parts_and_trains_as_eager(small_toy_data, tmp_path, monkeypatch, family):
     """train.compile (traced here with aot_eager: the same graphs, no C++ or Triton build): the parts a step runs many
-    times are compiled in place, so the checkpoint's weights keep their names, and an epoch (validation decoding
-    included) ends with the weights eager training gives."""
+    times are compiled in place, each traced whole (a part torch.compile cannot trace runs eager, and the run says
+    so: the RNN cell step once touched the nn.LSTM module and ran eager), so the checkpoint's weights keep their
+    names, and an epoch (validation decoding included) ends with the weights eager training gives."""
     import attnkit.train
 
     monkeypatch.setattr(attnkit.train, "COMPILE_BACKEND", "aot_eager")
@@ -297,7 +298,8 @@ def test_train_compile_compiles_the_repeated_parts_and_trains_as_eager(small_toy
         runs[compiled] = (load_checkpoint(run_dir / "last.pt").model, lines)
     (eager, eager_log), (compiled, compiled_log) = runs[False], runs[True]
     assert f"compiled (torch.compile, dynamic shapes; each part compiles at its first call): {expected}" in compiled_log
-    assert not any(line.startswith("compiled") for line in eager_log)
+    assert "torch.compile traced every compiled part whole" in compiled_log, [line for line in compiled_log if "torch.compile" in line]
+    assert not any(line.startswith(("compiled", "torch.compile")) for line in eager_log)
     assert compiled.keys() == eager.keys()
     for name in eager:
         torch.testing.assert_close(compiled[name], eager[name], rtol=1e-4, atol=1e-5, msg=name)

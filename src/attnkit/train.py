@@ -95,6 +95,16 @@ def compile_layers(model: nn.Module, backend: str | None = None) -> list[str]:
     return compiled
 
 
+def compile_breaks() -> list[str]:
+    """Where torch.compile could not trace a compiled part whole, since the process began or its counters were
+    last cleared: the first line of each reason. Such a part runs eager there, in pieces or all of it, and loses
+    what ``train.compile`` was chosen for. Empty when every part was traced whole."""
+    from torch._dynamo.utils import counters
+
+    reasons = [*counters["graph_break"], *counters["unimplemented"]]  # graph split there / frame left to eager
+    return sorted({reason.strip().splitlines()[0] for reason in reasons})
+
+
 class Trainer:
     def __init__(
         self,
@@ -138,6 +148,7 @@ class Trainer:
         self.train_model = model
         if config.compile:
             self.log(f"compiled (torch.compile, dynamic shapes; each part compiles at its first call): {', '.join(compile_layers(model)) or 'no part of this model'}")
+            self.compile_breaks_before = set(compile_breaks())  # the process's own, from before this run
         # With train.ema_decay, validation, best.pt and last.pt see the weights' moving average; last.pt also
         # keeps the weights being trained (training["trained_weights"]), which --resume goes on from.
         self.weight_average = WeightAverage(model, config.ema_decay) if config.ema_decay > 0 else None
@@ -242,6 +253,7 @@ class Trainer:
     def fit(self) -> TrainingProgress:
         if self.distributed.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
+        first_epoch = self.progress.epoch + 1
         while self.progress.epoch < self.config.epochs and not self.progress.stopped:
             epoch = self.progress.epoch + 1
             started = time.perf_counter()
@@ -249,9 +261,16 @@ class Trainer:
             record: dict[str, Any] = {"epoch": epoch, "step": self.progress.step, **train_stats}
             record["lr"] = self.optimizer.param_groups[0]["lr"]
             self.end_of_epoch(record, started)
+            if self.config.compile and epoch == first_epoch:  # every part has been called by now, validation's too
+                breaks = self.compile_breaks()
+                self.log(f"torch.compile ran eager where it could not trace: {'; '.join(breaks)}" if breaks else "torch.compile traced every compiled part whole")
         if self.config.max_minutes > 0:
             self.log(budget_summary(self.progress, self.config))
         return self.progress
+
+    def compile_breaks(self) -> list[str]:
+        """train.compile: where torch.compile ran this run's compiled parts eager (:func:`compile_breaks`)."""
+        return [reason for reason in compile_breaks() if reason not in self.compile_breaks_before]
 
     def train_epoch(self, epoch: int) -> dict[str, float]:
         self.train_model.train()

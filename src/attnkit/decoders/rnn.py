@@ -180,23 +180,29 @@ class RNNDecoder(nn.Module):
         with without_autocast():
             if inputs.shape[1] != 1:
                 return self.rnn(inputs, hx)
-            return self._cell_step(inputs[:, 0], hx)
+            return self._cell_step(inputs[:, 0], hx, self._layer_weights(), self.rnn.dropout)
 
-    def _cell_step(self, layer_input: Tensor, hx):
-        """One step (B, I) through every layer's fused cell kernel -> outputs (B, 1, H) and the new ``hx``."""
-        rnn = self.rnn
+    def _layer_weights(self) -> list[list[Tensor]]:
+        """Each layer's [weight_ih, weight_hh, bias_ih, bias_hh], the RNN module's own. Read here, outside
+        ``_cell_step``: torch.compile does not trace into an nn.LSTM or nn.GRU, and a compiled ``_cell_step`` that
+        touched one would run eager (train.compile; a test checks the step compiles whole)."""
+        names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        return [[getattr(self.rnn, f"{name}_l{layer}") for name in names] for layer in range(self.rnn.num_layers)]
+
+    def _cell_step(self, layer_input: Tensor, hx, layer_weights: list[list[Tensor]], dropout: float):
+        """One step (B, I) through every layer's fused cell kernel -> outputs (B, 1, H) and the new ``hx``;
+        ``dropout`` between layers, as nn.LSTM's."""
         hidden, cell = hx if self.is_lstm else (hx, None)
         hiddens, cells = [], []
-        for layer in range(rnn.num_layers):
-            weights = [getattr(rnn, f"{name}_l{layer}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        for layer, weights in enumerate(layer_weights):
             if self.is_lstm:
                 h, c = torch.lstm_cell(layer_input, (hidden[layer], cell[layer]), *weights)  # (B, H) each
                 cells.append(c)
             else:
                 h = torch.gru_cell(layer_input, hidden[layer], *weights)  # (B, H)
             hiddens.append(h)
-            last = layer == rnn.num_layers - 1
-            layer_input = h if last else nn.functional.dropout(h, rnn.dropout, self.training)  # as nn.LSTM between layers
+            last = layer == len(layer_weights) - 1
+            layer_input = h if last else nn.functional.dropout(h, dropout, self.training)  # as nn.LSTM between layers
         new_hidden = torch.stack(hiddens)  # (N, B, H)
         return h.unsqueeze(1), ((new_hidden, torch.stack(cells)) if self.is_lstm else new_hidden)
 
