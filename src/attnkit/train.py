@@ -146,9 +146,9 @@ class Trainer:
 
         self.model = model.to(self.device)
         self.train_model = model
+        self.compile_breaks_before = set(compile_breaks()) if config.compile else set()  # the process's own, from before this run
         if config.compile:
             self.log(f"compiled (torch.compile, dynamic shapes; each part compiles at its first call): {', '.join(compile_layers(model)) or 'no part of this model'}")
-            self.compile_breaks_before = set(compile_breaks())  # the process's own, from before this run
         # With train.ema_decay, validation, best.pt and last.pt see the weights' moving average; last.pt also
         # keeps the weights being trained (training["trained_weights"]), which --resume goes on from.
         self.weight_average = WeightAverage(model, config.ema_decay) if config.ema_decay > 0 else None
