@@ -128,7 +128,7 @@ class RNNDecoder(nn.Module):
             if bridge is None:
                 return encoded.memory.new_zeros(layers, batch, hidden)
             flat = torch.tanh(bridge(encoded.init_state))  # (B, N*H)
-            return flat.view(batch, layers, hidden).transpose(0, 1).contiguous()  # (N, B, H)
+            return torch.stack(flat.view(batch, layers, hidden).unbind(1))  # (N, B, H), strided as the states the cell step stacks (one compiled variant)
 
         bridged = self.config.init == "bridge"
         return RNNState(
