@@ -6,7 +6,7 @@ from torch import nn
 
 from attnkit.config import load_config
 from attnkit.data.batching import Batch, pad_sequences
-from attnkit.distillation import DISTILLED_WINDOWS, distilled_rows, window_removals, windows_hidden_from_attention
+from attnkit.distillation import DISTILLED_WINDOWS, distilled_rows, window_removals, window_removals_on, windows_hidden_from_attention
 from attnkit.errors import UserError
 from attnkit.importance import CHOSEN, DEFAULT_HIDING, DEFAULT_WINDOWS, HideableSource, ImportanceSettings, importance_maps
 from attnkit.interfaces import EncoderOutput, Grid, GridFeatures
@@ -93,6 +93,15 @@ def test_the_objective_distils_a_share_of_the_batch(vocab):
 def test_every_caption_of_a_batch_gets_its_turn():
     assert distilled_rows(64, 0.1).tolist() == [0, 10, 21, 32, 42, 52, 63]  # linspace(0, 63, 7) rounded half to even
     assert distilled_rows(5, 1.0).tolist() == [0, 1, 2, 3, 4] and distilled_rows(5, 0.01).tolist() == [0]
+
+
+def test_the_rows_and_windows_reach_the_device_once_not_every_step():
+    """Made on the host, they are copied to the model's device once per batch size and grid: on a GPU a copy from the
+    host's memory in every training step would wait for it each time."""
+    device = torch.device("cpu")
+    assert distilled_rows(64, 0.1, device) is distilled_rows(64, 0.1, device)
+    assert all(a is b for a, b in zip(window_removals_on(GRID, (1, 2), device), window_removals_on(GRID, (1, 2), device)))
+    torch.testing.assert_close(window_removals_on(GRID, (1, 2), device), window_removals(GRID, (1, 2)))
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,11 @@
 models, one line per step in steps.jsonl as it goes; what the precision step reads is the precision rule itself."""
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
+import torch
 
 
 @pytest.fixture
@@ -57,6 +59,25 @@ def test_no_recipe_s_training_step_reads_a_value_back_from_the_device(tmp_path, 
     recipes = steps_of(tmp_path)["host_syncs"]["recipes"]
     assert recipes == {name: {"host_reads": 0, "reads": []} for name in gpu_smoke.RECIPES}  # no "syncs": that count needs CUDA
 
+
+
+def test_every_recipe_s_loader_can_start_its_workers_by_pickling(tmp_path, gpu_smoke):
+    """On CUDA the loader runs workers; where they start by pickling what they run (Python 3.14's default on Linux,
+    and macOS and Windows), the dataset and the collate function must pickle: the joint recipes' collate was a closure."""
+    import pickle
+
+    from attnkit.data.batching import padded_collate
+    from attnkit.data.scenes import write_scene_dataset
+
+    scenes = write_scene_dataset(tmp_path / "scenes", {"train": 8, "valid": 2}, seed=0, size=32)
+    args = gpu_smoke.get_args_parser().parse_args(["--device", "cpu", "--tiny", "--out", str(tmp_path / "out")])
+    for name, (prepare, config) in gpu_smoke.recipe_configs(args, scenes, tmp_path / "cache", "fp32").items():
+        loader = gpu_smoke.build_trainer(name, prepare, config, torch.device("cpu"), tmp_path).loader
+        batch = next(iter(loader))
+        collate = partial(padded_collate, loader.collate_fn, 8, True)  # what a CUDA loader's workers run
+        dataset, collate = pickle.loads(pickle.dumps((loader.dataset, collate)))
+        again = collate([dataset[i] for i in range(len(batch.index))])
+        assert (again.target.shape[-1] - 1) % 8 == 0, name  # the decoder's steps padded as on CUDA
 
 def test_a_failing_step_is_recorded_and_the_next_one_runs(tmp_path, capsys, gpu_smoke, monkeypatch):
     def broken(device):

@@ -198,12 +198,16 @@ def test_fp16_on_a_cpu_trains_with_the_loss_scaler(toy_data, tmp_path):
     assert scaler["scale"] > 0  # a disabled scaler saves an empty state
 
 
-def test_cuda_uses_tf32_for_fp32_products(monkeypatch):
-    monkeypatch.setattr(distributed, "_device_named", lambda name: torch.device("cuda", 0))
+def test_cuda_uses_tf32_for_fp32_products_and_the_device_asked_becomes_the_current_one(monkeypatch):
+    monkeypatch.setattr(distributed, "_device_named", lambda name: torch.device(name))
+    made_current = []
+    monkeypatch.setattr(torch.cuda, "set_device", made_current.append)
     previous = torch.get_float32_matmul_precision()
     try:
         torch.set_float32_matmul_precision("highest")
-        assert resolve_device("cuda").type == "cuda" and torch.get_float32_matmul_precision() == "high"
+        assert resolve_device("cuda:1") == torch.device("cuda", 1) and torch.get_float32_matmul_precision() == "high"
+        assert resolve_device("cuda").type == "cuda"  # no index: the current device stays as it is
+        assert made_current == [torch.device("cuda", 1)]
     finally:
         torch.set_float32_matmul_precision(previous)
 

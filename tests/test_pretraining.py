@@ -9,7 +9,11 @@ from attnkit.checkpoint import load_checkpoint
 from attnkit.commands import evaluate, serve, train
 from attnkit.errors import run_cli
 from attnkit.interfaces import PaddedTokens
-from attnkit.pretraining import FIRST_ORDINARY, MASK_ID, Masking
+from attnkit.config import TextEncoderConfig
+from attnkit.data.batching import Batch
+from attnkit.encoders.text import build_text_encoder
+from attnkit.host_reads import HostReads
+from attnkit.pretraining import FIRST_ORDINARY, MASK_ID, Masking, MaskedLanguageModel, MaskedLanguageObjective, chosen_positions
 from attnkit.vocab import Vocabulary
 
 VOCAB_SIZE = 1000
@@ -57,6 +61,22 @@ def test_masking_with_a_seeded_generator_repeats_itself():
     again = Masking()(source, VOCAB_SIZE, torch.Generator().manual_seed(3))
     assert torch.equal(first[0].ids, again[0].ids) and torch.equal(first[1], again[1])
 
+
+
+def test_a_pretraining_step_reads_from_the_device_once_and_heads_the_chosen_pieces_in_order():
+    """The chosen pieces' number is drawn, so finding them is a host read (a GPU synchronisation): the step makes it
+    once, for both the head and the answers, and takes them in the order a boolean index would."""
+    torch.manual_seed(0)
+    config = TextEncoderConfig(family="transformer", embedding_size=16, hidden_size=16, num_layers=1, heads=2, feedforward_size=32)
+    model = MaskedLanguageModel(build_text_encoder(config, VOCAB_SIZE), VOCAB_SIZE)
+    source = hand_made_batch()
+    _, chosen = Masking(rate=0.5)(source, VOCAB_SIZE, torch.Generator().manual_seed(1))
+    assert torch.equal(source.ids.flatten()[chosen_positions(chosen)], source.ids[chosen])
+    with HostReads() as found:
+        out = MaskedLanguageObjective(VOCAB_SIZE)(model, Batch(source, source.ids, torch.arange(3)))
+        out.loss().backward()
+    assert len(found.reads) == 1 and found.reads[0].startswith("nonzero at attnkit/pretraining.py:") and "chosen_positions" in found.reads[0], found.reads
+    assert out.tokens > 0 and model.transform[0].weight.grad is not None
 
 @pytest.fixture(autouse=True)
 def project_root(monkeypatch):

@@ -20,6 +20,7 @@ equal).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import fields, replace
@@ -61,6 +62,13 @@ def window_removals(grid: tuple[int, int], sizes: Sequence[int]) -> tuple[Tensor
     return torch.cat(hidden), torch.cat(weights)
 
 
+@functools.lru_cache(maxsize=64)
+def window_removals_on(grid: tuple[int, int], sizes: tuple[int, ...], device: torch.device) -> tuple[Tensor, Tensor]:
+    """:func:`window_removals` on ``device``, copied there once per grid: a copy from the host's memory in every
+    training step would wait for the GPU each time. Shared: not to be written to."""
+    return tuple(part.to(device) for part in window_removals(grid, sizes))
+
+
 @torch.no_grad()
 def windows_hidden_from_attention(decoder: nn.Module, encoded: EncoderOutput, target: Tensor, sizes: Sequence[int] = DISTILLED_WINDOWS, rows_at_once: int = 1024) -> Tensor:
     """The ``windows`` importance estimator hidden from each step's attention, for a batch of photos over one grid:
@@ -71,7 +79,7 @@ def windows_hidden_from_attention(decoder: nn.Module, encoded: EncoderOutput, ta
     if not isinstance(encoded.layout, Grid):
         raise ValueError("importance over windows of cells needs a grid memory (an image encoder's)")
     grid = (encoded.layout.height, encoded.layout.width)
-    hidden, weights = (part.to(encoded.memory.device) for part in window_removals(grid, sizes))  # (R, P)
+    hidden, weights = window_removals_on(grid, tuple(sizes), encoded.memory.device)  # (R, P)
     windows = hidden.shape[0]
     inputs, gold = target[:, :-1], target[:, 1:]  # (B, T)
     photos, steps = inputs.shape
@@ -92,11 +100,13 @@ def windows_hidden_from_attention(decoder: nn.Module, encoded: EncoderOutput, ta
     return lost @ weights  # (B, T, P)
 
 
-def distilled_rows(batch_size: int, share: float) -> Tensor:
+@functools.lru_cache(maxsize=1024)
+def distilled_rows(batch_size: int, share: float, device: torch.device = torch.device("cpu")) -> Tensor:
     """Which of a batch's captions are distilled: ceil(share * B) of them (at least one), spread evenly over the batch
-    (a batch's captions may be ordered by length: every length gets its turn). (B',) indices."""
+    (a batch's captions may be ordered by length: every length gets its turn). (B',) indices on ``device``, made on
+    the host and copied once per batch size (a copy every step would wait for the GPU). Shared: not to be written to."""
     count = max(1, min(batch_size, math.ceil(share * batch_size)))
-    return torch.linspace(0, batch_size - 1, count).round().long()
+    return torch.linspace(0, batch_size - 1, count).round().long().to(device)
 
 
 def select_sources(source: Source, rows: Tensor) -> Source:

@@ -60,11 +60,14 @@ def resolve_device(name: str) -> torch.device:
     """``auto`` -> CUDA when present, else CPU; a clear error for devices that are not there (or not supported).
 
     On CUDA, fp32 matrix products then use TF32 (``set_float32_matmul_precision("high")``): what "fp32"
-    means on a GPU here, for training and decoding alike.
+    means on a GPU here, for training and decoding alike. ``cuda:N`` also becomes the process's current device, so
+    what runs on the current one (the loader's pinning thread) opens no context on GPU 0 beside it.
     """
     device = _device_named(name)
     if device.type == "cuda":
         torch.set_float32_matmul_precision("high")
+        if device.index is not None:
+            torch.cuda.set_device(device)
     return device
 
 

@@ -100,7 +100,7 @@ class Seq2SeqObjective:
             gold = batch.attention_gold.dense(output.attention)  # (B, T, L)
             per_example_sum = self.attention_supervision * supervision_loss(output.attention, gold).sum()
         if self.importance_distillation > 0:
-            rows = distilled_rows(targets.shape[0], self.distillation_share).to(targets.device)  # (B',)
+            rows = distilled_rows(targets.shape[0], self.distillation_share, targets.device)  # (B',)
             wanted = distillation_targets(model, select_sources(batch.source, rows), batch.target[rows], is_token[rows])  # (B', T, L), detached
             # Scaled to the whole batch, so the weight means the same per caption at any share.
             distilled = supervision_loss(output.attention[rows], wanted).sum() * (targets.shape[0] / rows.shape[0])

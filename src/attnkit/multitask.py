@@ -66,16 +66,19 @@ class TaskMixDataset(torch.utils.data.Dataset):
         return self.tasks[task], self.datasets[task][index - self.offsets[task]]
 
 
-def collate_task_mix(collates: Mapping[str, Callable]) -> Callable:
-    """A collate function for batches of one task each (as :class:`TaskMixSampler` makes them)."""
+@dataclass(frozen=True)
+class TaskMixCollate:
+    """The collate function for batches of one task each (as :class:`TaskMixSampler` makes them): each task's own
+    ``collates[task]``. A class at module level, not a closure, so that loader workers started by pickling (Python
+    3.14's default on Linux, macOS, Windows) can take it."""
 
-    def collate(examples):
+    collates: Mapping[str, Callable]
+
+    def __call__(self, examples):
         task = examples[0][0]
         if any(t != task for t, _ in examples):
             raise ValueError("a batch mixes tasks; use TaskMixSampler")
-        return collates[task]([example for _, example in examples])
-
-    return collate
+        return self.collates[task]([example for _, example in examples])
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,7 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
         model,
         objective,
         mix,
-        collate_task_mix({"image": collate_captions, "text": partial(collate_pairs, gold=text_set.gold)}),
+        TaskMixCollate({"image": collate_captions, "text": partial(collate_pairs, gold=text_set.gold)}),
         validate,
         text.vocabularies,
         parameter_groups(model, image_encoder, config),

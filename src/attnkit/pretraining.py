@@ -89,11 +89,19 @@ class MaskedLanguageModel(nn.Module):
         self.transform = nn.Sequential(nn.Linear(size, size), nn.GELU(), nn.LayerNorm(size))
         self.output_bias = nn.Parameter(torch.zeros(vocab_size))
 
-    def forward(self, source: PaddedTokens, chosen: Tensor) -> Tensor:
-        """Logits of the ``chosen`` (B, S) positions -> (N, V), in row-major order of ``chosen``."""
+    def forward(self, source: PaddedTokens, positions: Tensor) -> Tensor:
+        """Logits at ``positions`` (N,), indices into the source's B * S pieces in row-major order
+        (:func:`chosen_positions`) -> (N, V)."""
         memory = self.encoder(source).memory  # (B, S, M)
-        hidden = self.transform(memory[chosen])  # (N, M)
+        hidden = self.transform(memory.flatten(0, 1).index_select(0, positions))  # (N, M)
         return F.linear(hidden, self.encoder.embedding.weight, self.output_bias)  # (N, V)
+
+
+def chosen_positions(chosen: Tensor) -> Tensor:
+    """The chosen (B, S) pieces' indices into the B * S pieces, row-major (N,). Their number N is drawn, so finding
+    them reads it back from the device: the one host synchronisation of a pre-training step (the model's head and
+    the answers both take these indices, so it is made once)."""
+    return chosen.flatten().nonzero().squeeze(1)
 
 
 @dataclass(frozen=True)
@@ -105,8 +113,9 @@ class MaskedLanguageObjective:
 
     def __call__(self, model: nn.Module, batch: Batch) -> LossOutput:
         masked, chosen = self.masking(batch.source, self.vocab_size)
-        logits = model(masked, chosen)  # (N, V): through the DDP wrapper when there is one
-        answers = batch.source.ids[chosen]  # (N,)
+        positions = chosen_positions(chosen)  # (N,)
+        logits = model(masked, positions)  # (N, V): through the DDP wrapper when there is one
+        answers = batch.source.ids.flatten().index_select(0, positions)  # (N,)
         nll_sum = F.cross_entropy(logits.float(), answers, reduction="sum")
         tokens = chosen.sum()
         examples = torch.full((), batch.source.ids.shape[0], device=answers.device)
@@ -178,8 +187,9 @@ def masked_language_scores(model: MaskedLanguageModel, dataset: SentenceDataset,
     nll = 0.0
     for source in source_batches(dataset, batch_size):
         masked, chosen = masking(source, vocab_size, generator)  # drawn on the CPU: the same on any device
-        logits = model(masked.to(device), chosen.to(device)).float()  # (N, V)
-        answers = source.ids[chosen].to(device)  # (N,)
+        positions = chosen_positions(chosen)  # (N,), found on the CPU
+        logits = model(masked.to(device), positions.to(device)).float()  # (N, V)
+        answers = source.ids.flatten()[positions].to(device)  # (N,)
         nll += F.cross_entropy(logits, answers, reduction="sum").item()
         correct += (logits.argmax(-1) == answers).sum().item()
         chosen_total += int(chosen.sum())

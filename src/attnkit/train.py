@@ -321,8 +321,8 @@ class Trainer:
 
     def train_step(self, batch: Any) -> tuple[Tensor, Any]:
         """One optimizer step on ``batch`` (this rank's share of a global batch) -> the loss as the ranks' mean
-        sees it and the objective's output. It reads nothing back from the device: a GPU runs on unhindered
-        (fp16's loss scaler alone checks its gradients on the host; bf16 and fp32 need no scaler)."""
+        sees it and the objective's output. It reads nothing back from the device: a GPU runs on unhindered (fp16's
+        loss scaler too: it hands fused Adam its inf check as a tensor, and Adam skips such a step on the device)."""
         world = self.distributed.world_size
         batch = batch.to(self.device, non_blocking=True)
         self.schedule.before_step(self.progress.step)
