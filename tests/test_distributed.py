@@ -22,7 +22,8 @@ import torch.multiprocessing as mp
 from attnkit.checkpoint import load_checkpoint
 from attnkit.config import load_config
 from attnkit.data.text import write_parallel_dataset
-from attnkit.distributed import end_process
+from attnkit.distributed import Distributed, end_process
+from attnkit.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -257,3 +258,12 @@ def test_end_process_skips_the_teardown_only_for_a_rank_of_several(world_size, t
     done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "WORLD_SIZE": world_size}, capture_output=True, text=True, timeout=120)
     assert done.returncode == 3
     assert done.stdout.split() == (["trained", "teardown"] if teardown_runs else ["trained"])
+
+
+def test_each_rank_takes_its_own_gpu_or_the_only_one_it_sees():
+    """torchrun shows every process all the machine's GPUs (rank r takes cuda:r); a launcher that shows each process
+    its own one (SLURM's --gpus-per-task=1) makes it cuda:0 for every rank; a rank without a GPU is one message."""
+    second = Distributed(rank=1, world_size=2, local_rank=1, local_world_size=2)
+    assert second.own_gpu(visible=2) == 1 and second.own_gpu(visible=1) == 0
+    with pytest.raises(UserError, match="LOCAL_RANK 2 has no GPU of its own: this process sees 2 CUDA device"):
+        Distributed(rank=2, world_size=3, local_rank=2, local_world_size=3).own_gpu(visible=2)

@@ -157,12 +157,24 @@ class Distributed:
         except ValueError:
             raise UserError("RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE must be integers (launch with torchrun)") from None
 
+    def own_gpu(self, visible: int) -> int:
+        """This rank's GPU among the ``visible`` ones: its local rank (torchrun shows each process all the machine's
+        GPUs), or the only one a launcher shows it (e.g. SLURM's ``--gpus-per-task=1``)."""
+        if visible == 1:
+            return 0
+        if self.local_rank >= visible:
+            raise UserError(
+                f"LOCAL_RANK {self.local_rank} has no GPU of its own: this process sees {visible} CUDA device(s); "
+                "start at most one process per GPU (torchrun --nproc_per_node)"
+            )
+        return self.local_rank
+
     def start(self, device: torch.device) -> torch.device:
         """Join the process group (NCCL on CUDA, gloo on CPU) before anything else; returns this rank's device."""
         if not self.enabled:
             return device
         if device.type == "cuda":
-            device = torch.device("cuda", self.local_rank)
+            device = torch.device("cuda", self.own_gpu(torch.cuda.device_count()))
             torch.cuda.set_device(device)
         if not dist.is_initialized():
             dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", timeout=COLLECTIVE_TIMEOUT)
