@@ -88,14 +88,14 @@ def main(argv=None) -> int:
     items = read_caption_split(folder, args.split)
     items = items[: args.limit] if args.limit > 0 else items
     root = image_root(folder)
-    tokenize = captioner.pipeline.tokenizer.tokenize
-    references = [[tokenize(r) for r in item.captions] for item in items]
+    words_of = captioner.pipeline.tokenizer.words
+    references = [[words_of(r) for r in item.captions] for item in items]
     rows = []
     for beam in beams:
         for alpha in alphas if beam > 1 else [0.0]:  # greedy takes one word at a time: alpha changes nothing
             captioner.search = replace(captioner.search, length_penalty=alpha)
             captions = [c[0] for c in captioner.caption([root / item.image for item in items], beam_size=beam, batch_size=64)]
-            words = [c.words for c in captions]
+            words = [captioner.pipeline.scored_words(c.words) for c in captions]
             scores = caption_scores(words, references, meteor=False, log=lambda _: None)
             row = {
                 "beam": beam, "alpha": alpha, "bleu4_nltk": scores["bleu4_nltk"], "cider_d": scores["cider_d"], "bleu1": scores["bleu1"],

@@ -157,3 +157,24 @@ def test_an_empty_training_split_is_one_clear_message():
 def test_captioning_keeps_words():
     with pytest.raises(UserError, match="captioning model reads words"):
         load_config(None, ["task=captioning", "data.tokenizer.kind=sentencepiece"])
+
+
+def test_a_joint_model_s_subword_captions_are_scored_as_words():
+    """A joint model may caption in subword pieces; BLEU, CIDEr-D and SCST's reward read words, as its references
+    are read, never pieces. A word-level captioner's tokens are its words, scored as they are."""
+    from attnkit.captioning import CaptionPipeline
+    from attnkit.metrics import caption_scores
+
+    model = SubwordModel.train(english_sentences(), "unigram", 45, "English")
+    tokenizer = Tokenizer(subword_config(), "en", model)
+    pipeline = CaptionPipeline(tokenizer, Vocabulary(model.pieces), "en")
+    caption = "Tom's dog doesn't like the garden."
+    pieces = tokenizer.tokenize(caption)
+    assert len(pieces) > len(caption.split())  # pieces, not words
+    words = ["Tom", "'s", "dog", "doesn", "'t", "like", "the", "garden", "."]  # Moses's words, cased as the tokenizer cases
+    assert pipeline.scored_words(pieces) == tokenizer.words(caption) == words
+    other = "The cat sees an apple."
+    scores = caption_scores([pipeline.scored_words(tokenizer.tokenize(other))], [[tokenizer.words(other)]], meteor=False)
+    assert scores["bleu4"] == pytest.approx(100.0)
+    word_level = CaptionPipeline(Tokenizer(TokenizerConfig(kind="space"), "en"), Vocabulary.build([["a", "dog"]]), "en")
+    assert word_level.scored_words(["a", "dog"]) == ["a", "dog"] and word_level.tokenizer.words("a dog") == ["a", "dog"]

@@ -74,6 +74,13 @@ class CaptionPipeline:
     def vocabularies(self) -> dict[str, list[str]]:
         return {"target": self.vocab.to_list()}
 
+    def scored_words(self, tokens: Sequence[str]) -> list[str]:
+        """A caption's tokens as caption metrics score them (BLEU, CIDEr-D, METEOR, SCST's reward): its words, or, for
+        a joint model's subword pieces, the words of their text (:meth:`Tokenizer.words`, as its references are read)."""
+        if self.tokenizer.subwords is None:
+            return list(tokens)
+        return self.tokenizer.words(self.tokenizer.detokenize(tokens))
+
 
 class CaptionDataset(torch.utils.data.Dataset):
     """One example per (image, caption); the image is a row of ``sources`` (cached features) or a file (or a mosaic of
@@ -257,7 +264,7 @@ class Captioner:
         self, items: Sequence[CaptionedImage], root: Path, beam_size: int | None = None, batch_size: int = 32, log=print
     ) -> tuple[list[list[str]], list[list[list[str]]], int]:
         """What :meth:`evaluate` scores: each image's best caption (its words; none for an image that cannot be read,
-        which ``log`` warns of), its references tokenised as this captioner's tokenizer reads them, and how many
+        which ``log`` warns of), its references as words (:meth:`CaptionPipeline.scored_words`), and how many
         images could not be read."""
         if not items:
             raise UserError("nothing to evaluate: no images")
@@ -265,9 +272,9 @@ class Captioner:
         failed = [c[0] for c in captions if c[0].error]
         for caption in failed:
             log(f"warning: {caption.error}")
-        tokenize = self.pipeline.tokenizer.tokenize
-        references = [[tokenize(r) for r in item.captions] for item in items]
-        return [c[0].words for c in captions], references, len(failed)
+        words = self.pipeline.tokenizer.words
+        references = [[words(r) for r in item.captions] for item in items]
+        return [self.pipeline.scored_words(c[0].words) for c in captions], references, len(failed)
 
 
 def _name(image: ImageInput, number: int) -> str:
@@ -504,10 +511,12 @@ def self_critical_training(
 def self_critical_objective(config: ExperimentConfig, pipeline: CaptionPipeline, items: Sequence[CaptionedImage], dataset: CaptionDataset) -> SelfCriticalObjective:
     """SCST's objective: CIDEr-D against every reference of each training photo (all of them, as the metric reads
     them, also those too long to train on); samples as long as the longest caption training reads, and its <eos>."""
-    references = [[pipeline.tokenizer.tokenize(caption) for caption in item.captions] for item in items]
+    references = [[pipeline.tokenizer.words(caption) for caption in item.captions] for item in items]
+    cider_d = cider_d_reward(references)
+    reward = lambda captions, photos: cider_d([pipeline.scored_words(caption) for caption in captions], photos)  # noqa: E731
     train = config.train
     return SelfCriticalObjective(
-        cider_d_reward(references), pipeline.vocab, dataset.image_ids, train.scst_samples, train.scst_baseline,
+        reward, pipeline.vocab, dataset.image_ids, train.scst_samples, train.scst_baseline,
         config.data.max_target_length + 1, train.attention_regularization,
     )  # fmt: skip
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from functools import cached_property
 
 from attnkit.config import SUBWORD_TOKENIZER, TOKENIZERS, TokenizerConfig
@@ -178,6 +179,15 @@ class Tokenizer:
         if self.config.kind == "nltk":
             return self._nltk.tokenize(text)
         return text.split()
+
+    def words(self, text: str) -> list[str]:
+        """``text``'s words, as caption metrics score them: this tokenizer's tokens, or, where they are subword
+        pieces (which are not words), Moses's words (the word tokenizers' default), cased as this tokenizer cases."""
+        return (self._word_reader if self.subwords is not None else self).tokenize(text)
+
+    @cached_property
+    def _word_reader(self) -> "Tokenizer":
+        return Tokenizer(replace(self.config, kind="moses"), self.lang)
 
     def detokenize(self, words: Sequence[str]) -> str:
         if self.subwords is not None:

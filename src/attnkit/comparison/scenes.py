@@ -197,11 +197,11 @@ def evaluate_scenes(
     if extraction not in EXTRACTIONS:
         raise UserError(f"unknown attention extraction '{extraction}'; choose one of {', '.join(EXTRACTIONS)}")
     images = [scene.image() for scene in scenes]
-    tokenize = comparer.captioner.pipeline.tokenizer.tokenize
-    captions = [best[0] for best in comparer.captioner.caption(images, beam_size, batch_size)]
-    references = [[tokenize(sentence.english_text) for sentence in scene.sentences] for scene in scenes]
-    caption_quality = caption_scores([c.words for c in captions], references, meteor=False)
-    exact_captions = sum(c.words in refs for c, refs in zip(captions, references))
+    pipeline = comparer.captioner.pipeline
+    captions = [pipeline.scored_words(best[0].words) for best in comparer.captioner.caption(images, beam_size, batch_size)]
+    references = [[pipeline.tokenizer.words(sentence.english_text) for sentence in scene.sentences] for scene in scenes]
+    caption_quality = caption_scores(captions, references, meteor=False)
+    exact_captions = sum(caption in refs for caption, refs in zip(captions, references))
 
     pairs = [(sentence.french_text, sentence.english_text) for scene in scenes for sentence in scene.sentences]
     translations = [best[0] for best in comparer.translator.translate([s for s, _ in pairs], beam_size, batch_size)]
