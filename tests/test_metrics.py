@@ -101,3 +101,14 @@ def test_cider_d_reward_equals_pycocoevalcap_on_fixed_captions():
     _, theirs = Cider().compute_score(gold, generated)
     np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
     assert ours[0] > 1.0 and ours[1] > ours[2]
+
+
+def test_caption_words_drop_what_cocos_tokenizer_drops():
+    """pycocoevalcap's PTBTokenizer leaves out its PUNCTUATIONS; the quotes, dashes and dots NLTK and Moses make of
+    several characters (a "free hugs" sign: `` free hugs '') are among them, not words to match."""
+    from pycocoevalcap.tokenizer.ptbtokenizer import PUNCTUATIONS
+
+    from attnkit.metrics import PUNCTUATION, caption_words
+
+    assert {mark for mark in PUNCTUATIONS if not mark.startswith("-") or mark in ("-", "--")} <= PUNCTUATION  # -LRB- and kin: no tokenizer here makes them
+    assert caption_words(["A", "man", "holds", "a", "``", "free", "hugs", "''", "sign", "...", "--", "Tom", "'s"]) == ["a", "man", "holds", "a", "free", "hugs", "sign", "tom", "'s"]

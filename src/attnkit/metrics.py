@@ -47,7 +47,9 @@ def translation_scores(hypotheses: Sequence[str], references: Sequence[Sequence[
 
 
 # -- captioning ----------------------------------------------------------------------------------------
-PUNCTUATION = set(".,!?;:'\"`()[]{}-")
+# pycocoevalcap's PTBTokenizer drops these (its brackets as -LRB- etc.): the single characters, and the quotes, dashes
+# and dots NLTK's and Moses's tokenizers make of several ("free hugs" -> `` free hugs '')
+PUNCTUATION = set(".,!?;:'\"`()[]{}-") | {"``", "''", "--", "..."}
 
 
 def caption_words(words: Sequence[str]) -> list[str]:
