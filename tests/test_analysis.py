@@ -71,11 +71,25 @@ def test_image_grounding_scores_only_referring_words():
     attention = torch.tensor([[1.0, 0, 0, 0], [0, 0, 0, 1.0], [0, 0, 0, 1.0], [0.25, 0.25, 0.25, 0.25]])
     scored = image_grounding(attention, [None, 0, 1, 1], boxes, grid, size)
     assert (scored.words, scored.hits) == (3, 1)  # step 1 looks at object 1 for a word about object 0
-    assert scored.misses_on_other_objects == 2  # step 1 on object 1; step 3's peak (cell 0, the first of equals) on object 0
+    assert scored.misses_on_other_objects == 1  # step 1 on object 1; step 3 is flat: its peak is every cell, on no one object
     assert math.isclose(scored.mean_mass, (0 + 1 + 0.25) / 3)
-    assert (scored + scored).hit_rate == scored.hit_rate and (scored + scored).misses_on_other_objects == 4
+    assert (scored + scored).hit_rate == scored.hit_rate and (scored + scored).misses_on_other_objects == 2
     background = image_grounding(torch.tensor([[0, 1.0, 0, 0]]), [0], boxes, grid, size)  # top right: no object there
     assert (background.hits, background.misses_on_other_objects) == (0, 0)
+
+
+def test_a_flat_row_hits_nothing_and_links_nothing():
+    """Importance that lost nothing anywhere is drawn evenly; its first position is no peak. Scored by its argmax
+    it would hit an object in the top-left cell and link a word to the first source word. A tie that lies wholly
+    in the region still hits it (test_joined_sources_score_the_same_way)."""
+    flat, peaked = torch.full((1, 4), 0.25), torch.tensor([[0.7, 0.1, 0.1, 0.1]])
+    top_left = [(0, 0, 16, 16)]
+    assert image_grounding(flat, [0], top_left, (2, 2), (32, 32)).hits == 0
+    assert image_grounding(peaked, [0], top_left, (2, 2), (32, 32)).hits == 1
+    assert attention_alignment(torch.cat([flat, peaked])) == {(0, 1)}  # the flat word links nowhere
+    assert text_grounding(flat, {(0, 0)}, {(0, 0)}, target_words=1).aer == 1.0  # its sure link missed
+    _, hits = localisation(torch.cat([flat, peaked]), torch.tensor([1.0, 0.0, 0.0, 0.0]))
+    assert hits.tolist() == [False, True]
 
 
 def test_aer_of_a_known_alignment_matches_nltk():

@@ -488,3 +488,18 @@ def test_compare_writes_a_mosaic_comparison_and_refuses_bad_mosaics(scenes, join
     monkeypatch.setattr(comparer.translator.model.encoder_for("text"), "max_length", 5)  # as learned positions would limit it
     with pytest.raises(UserError, match=r"longer than the 5 its text encoder reads"):
         comparer.compare_mosaic([item.image for item in inputs], [item.source for item in inputs], None, own=0)
+
+
+def test_the_mosaic_chance_is_what_even_attention_scores_word_for_word():
+    """Attention spread evenly puts on a word's own input its region's share; the chance beside the mass is that,
+    weighted as the mass is, per word (a sentence of three grouped words counts three times)."""
+    import torch
+
+    from attnkit.comparison import LocalisationTally
+
+    tally = LocalisationTally()
+    for region, groups in ((torch.tensor([1.0, 1.0, 0.0, 0.0]), ["content", "function", "content"]), (torch.tensor([1.0] + [0.0] * 9), ["content", None])):
+        even = torch.full((len(groups),), float(region.mean()))  # each word's mass on its own input under even attention
+        tally.add(groups, even, even > 0.5, region)
+    summary = tally.summary()
+    assert summary["chance"] == pytest.approx((0.5 * 3 + 0.1 * 1) / 4) == summary["mass"]

@@ -155,11 +155,11 @@ def image_grounding(
         if referent is None or step >= attention.shape[0]:
             continue
         weights = attention[step].float()  # (L,)
-        peak = int(weights.argmax())
-        hit = bool(shares[referent][peak] > 0)
+        peak = maxima(weights)  # (L,) bool: one cell, or every cell of a tie (:func:`maxima`)
+        hit = bool((shares[referent][peak] > 0).all())
         words += 1
         hits += hit
-        on_others += not hit and any(bool(share[peak] > 0) for other, share in enumerate(shares) if other != referent)
+        on_others += not hit and any(bool((share[peak] > 0).all()) for other, share in enumerate(shares) if other != referent)
         mass += float((weights * shares[referent]).sum())
     return ImageGrounding(words, hits, mass, on_others)
 
@@ -188,6 +188,18 @@ def span_weights(lengths: Sequence[int], index: int) -> Tensor:
     return weights
 
 
+def maxima(rows: Tensor) -> Tensor:
+    """(..., L) -> (..., L) bool: the positions where each row reaches its maximum. Where that is more than one, a
+    row's peak is all of them: it hits a region only if every one lies in it. So a flat row (importance that lost
+    nothing anywhere is drawn evenly) points at no object, where its argmax, the first position, could have hit one."""
+    return rows == rows.amax(-1, keepdim=True)
+
+
+def has_peak(rows: Tensor) -> Tensor:
+    """(..., L) -> (...,) bool: the maximum is reached at one position only (what a word can be linked to)."""
+    return maxima(rows).sum(-1) == 1
+
+
 def localisation(attention: Tensor, region: Tensor) -> tuple[Tensor, Tensor]:
     """Each step's attention mass on its input's region, and whether its peak lies mostly in it: ((T,), (T,) bool).
 
@@ -195,18 +207,20 @@ def localisation(attention: Tensor, region: Tensor) -> tuple[Tensor, Tensor]:
     scores the region's share of the memory (a quarter for one of four inputs of equal size)."""
     weights = attention.float()  # (T, L)
     mass = weights @ region.to(weights)  # (T,)
-    hits = region.to(weights)[weights.argmax(-1)] > 0.5  # (T,): a cell straddling two quadrants is no hit for either
+    inside = region.to(weights) > 0.5  # (L,): a cell straddling two quadrants is no hit for either
+    hits = (inside | ~maxima(weights)).all(-1)  # (T,) every position at the maximum inside
     return mass, hits
 
 
 # -- text: alignment error rate --------------------------------------------------------------------------
 def attention_alignment(attention: Tensor, target_words: int | None = None) -> set[tuple[int, int]]:
-    """Links (source position, target position): each target word to its peak source word.
+    """Links (source position, target position): each target word to its peak source word (none where the row's
+    maximum is tied: a flat row says nothing about which word it rests on).
 
     ``target_words`` limits the rows (e.g. leaving out the <eos> step).
     """
-    rows = attention[: target_words if target_words is not None else attention.shape[0]]
-    return {(int(source), target) for target, source in enumerate(rows.float().argmax(-1))}
+    rows = attention[: target_words if target_words is not None else attention.shape[0]].float()
+    return {(int(source), target) for target, (source, peaked) in enumerate(zip(rows.argmax(-1), has_peak(rows))) if peaked}  # a tie links nowhere
 
 
 Link = tuple[int, int, int]  # (sentence, source position, target position)
@@ -569,11 +583,8 @@ def agreement(attention: Tensor, importance: Tensor, top_share: float = 0.1, dra
 
     ranked = scores.amax(-1) > scores.amin(-1)  # (T,) some position matters more than another
 
-    def single_peak(rows: Tensor) -> Tensor:  # (..., P) -> (...,) bool: the maximum is reached once
-        return (rows == rows.amax(-1, keepdim=True)).sum(-1) == 1
-
     def scored(rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # rows (..., T, P)
-        peaks = (rows.argmax(-1) == scores.argmax(-1)) & single_peak(rows) & single_peak(scores)
+        peaks = (rows.argmax(-1) == scores.argmax(-1)) & has_peak(rows) & has_peak(scores)
         mass = (rows * most_important).sum(-1)
         return rank_correlation(rows, scores.expand_as(rows)), peaks.float(), torch.where(ranked, mass, torch.full_like(mass, float("nan")))
 

@@ -276,11 +276,11 @@ class TrainConfig(_Checked):
     distillation_share: float = checked(0.1, between(0, 1, low_open=True))  # share of each batch's captions distilled (each runs every step again once per window of cells)
     teacher_forcing: float = checked(1.0, PROBABILITY)  # probability of feeding the gold previous word (below 1: scheduled sampling)
     warmup_steps: int = checked(0, at_least(0))  # the learning rate climbs linearly to lr over this many optimizer steps (attnkit.optim; 0: none)
-    lr_patience: int = checked(1, at_least(0))  # validations without improvement before the LR is multiplied by lr_factor
+    lr_patience: int = checked(1, at_least(0))  # validations without improvement let pass; the next one without it multiplies the LR by lr_factor
     lr_factor: float = checked(0.5, between(0, 1, low_open=True, high_open=True))
     min_lr: float = checked(1e-5, at_least(0))
     patience: int = checked(5, at_least(0))  # early stopping: validations without improvement before training stops (0: never)
-    max_minutes: float = checked(0.0, at_least(0))  # time budget: no epoch starts that would, at the last epoch's pace, end past it (0: none)
+    max_minutes: float = checked(0.0, at_least(0))  # time budget of training and validation (checkpoint writes not counted): no epoch starts that would, at the last epoch's pace, end past it (0: none)
     ema_decay: float = checked(0.0, BELOW_ONE)  # validate and save an exponential moving average of the weights over the optimizer steps with this decay, e.g. 0.999 (attnkit.optim.WeightAverage; 0: the weights themselves)
     keep_epochs: int = checked(0, at_least(0))  # also keep the weights after each of the last N epochs (epoch-<k>.pt), for attnkit average (0: none)
     valid_beam_size: int = checked(1, at_least(1))  # beam used by validation decoding (1: greedy)

@@ -3,8 +3,10 @@
 A Transformer's first updates are large and noisy (Adam's second-moment estimates start from nothing),
 so its learning rate usually climbs linearly from lr / warmup_steps to lr over the first
 ``train.warmup_steps`` optimizer steps (Vaswani et al. 2017; Popel and Bojar 2018). After that, as for
-the RNN recipes, the rate is multiplied by ``train.lr_factor`` after ``train.lr_patience`` validations
-without improvement. Validations during the warm-up do not count towards a plateau.
+the RNN recipes, the rate is multiplied by ``train.lr_factor`` at the validation after ``train.lr_patience``
+validations without improvement (torch's ReduceLROnPlateau: at 1, the second such validation halves it), an
+improvement being a rise of more than 0.01 % of the best score. Validations during the warm-up do not count
+towards a plateau.
 
 A parameter group may carry ``frozen_steps`` (a pre-trained text encoder held still at first,
 ``text_encoder.frozen_steps``): its rate is 0 for those steps, then what the schedule gives the others.

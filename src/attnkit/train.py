@@ -302,6 +302,8 @@ class Trainer:
                 statistic_examples[name] = statistic_examples.get(name, 0.0) + out.examples.to(torch.float64)
             if batches % self.config.log_every == 0 and not bar.disable:
                 bar.set_postfix(loss=f"{loss_sum.item() * world / batches:.3f}")  # about the global mean (ranks' shares are alike)
+        if self.device.type == "cuda":  # the last steps may still be queued: the epoch ends when the GPU has run them
+            torch.cuda.synchronize(self.device)
         seconds = time.perf_counter() - started
         if batches == 0:
             raise UserError("the training set yields no batches (is it empty, or are all pairs longer than the length limits?)")
