@@ -167,3 +167,16 @@ def test_a_mosaic_is_cached_as_its_pixels_and_photos_keep_their_keys(tmp_path, w
     assert (cache.stats.hits, cache.stats.misses) == (1, 3)
     # A photo's entry is named by its bytes' digest.
     assert (cache.folder / f"{hashlib.sha256(file_digest(photos[0]).encode()).hexdigest()[:24]}.pt").is_file()
+
+
+def test_a_recorded_digest_must_name_the_weights_read_and_a_checkpoint_s_network_takes_it(weights):
+    """A run's saved config carries its weights' digest; a new run of that config with another weights file must not
+    key the cache (or its checkpoint) by the old one. A network built for a checkpoint's weights reads no file."""
+    from attnkit.errors import UserError
+
+    digest = file_digest(weights)
+    assert _encoder(weights, weights_sha256=digest).weights_digest == digest == _encoder(weights).weights_digest
+    with pytest.raises(UserError, match=r"image_encoder.weights_sha256 is abababababab\.\.\., but the weights read \(.*resnet18.pth\) are "):
+        _encoder(weights, weights_sha256="ab" * 32).weights_digest
+    settings = dict(backbone="resnet18", weights=str(weights), image_size=64, grid_size=2, memory_size=8, weights_sha256="ab" * 32)
+    assert ImageEncoder(ImageEncoderConfig(**settings), load_weights=False).weights_digest == "ab" * 32

@@ -15,6 +15,7 @@ self-attention layers over the cells (``self_attention_layers``, with a 2-D posi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -155,6 +156,7 @@ class ImageEncoder(nn.Module):
             )
         self.normalization = backbone.normalization
         self.weights_source = backbone.weights  # the file the backbone was loaded from, or "none"
+        self.weights_loaded = load_weights  # False: a checkpoint's weights come next, and the config names their digest
         blocks = len(self.backbone)
         if not 0 <= config.trainable_blocks <= blocks:
             raise UserError(f"image_encoder.trainable_blocks must be between 0 and {blocks} for {config.backbone}, got {config.trainable_blocks}")
@@ -182,9 +184,21 @@ class ImageEncoder(nn.Module):
 
     @property
     def weights_digest(self) -> str:
-        """SHA-256 of the pretrained weights file ("none" for random weights): what the feature cache keys on."""
-        if self.config.weights_sha256:
-            return self.config.weights_sha256
+        """SHA-256 of the pretrained weights file ("none" for random weights): what the feature cache keys on. The
+        file read, when one was; built for a checkpoint's weights, the digest training recorded in its config."""
+        if not self.weights_loaded:
+            return self.config.weights_sha256 or "none"
+        recorded = self.config.weights_sha256
+        if recorded and recorded != self._digest_read:
+            raise UserError(
+                f"image_encoder.weights_sha256 is {recorded[:12]}..., but the weights read ({self.config.weights}) are "
+                f"{self._digest_read[:12]}...: training fills it in; for a new run of other weights leave it empty "
+                "(--set image_encoder.weights_sha256=)"
+            )
+        return self._digest_read
+
+    @cached_property
+    def _digest_read(self) -> str:
         return "none" if self.weights_source == "none" else file_digest(self.weights_source)
 
     @property
