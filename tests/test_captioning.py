@@ -112,6 +112,9 @@ def test_caption_and_evaluate_scripts_end_to_end(scenes, tmp_path, capsys, monke
     tokens.write_text("".join(f"{p.name}#0\tA caption for {p.stem} .\n" for p in images))
     assert run_cli(evaluate.main, ["--checkpoint", checkpoint, "--images", str(images[0].parent), "--captions", str(tokens)]) == 0
     assert json.loads(capsys.readouterr().out)["images"] == 3
+    (tmp_path / "gone.txt").write_text("gone-1.jpg#0\tA caption .\ngone-2.jpg#0\tAnother .\n")
+    assert run_cli(evaluate.main, ["--checkpoint", checkpoint, "--images", str(images[0].parent), "--captions", str(tmp_path / "gone.txt")]) == 2
+    assert "none of the 2 images could be read" in capsys.readouterr().err  # not scores of empty captions, exit 0
     assert run_cli(evaluate.main, ["--checkpoint", checkpoint, "--source", "x", "--reference", "y"]) == 2
     assert "are for translation checkpoints" in capsys.readouterr().err
 

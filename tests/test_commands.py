@@ -80,3 +80,13 @@ def test_a_tasks_wrapper_runs_the_same_command():
     assert done.returncode == 0 and done.stdout.startswith("usage: attnkit average")
     wrong = attnkit("--beam", "0", script="tasks/translate.py")
     assert wrong.returncode == 2 and "attnkit translate: error:" in wrong.stderr
+
+
+@pytest.mark.parametrize("argv", [["--evaluate", "0"], ["--scenes", "-3"]])
+def test_demo_refuses_counts_below_one_before_it_trains(argv, capsys):
+    """They failed only after both models had trained (no scenes to score, or none to train on)."""
+    from attnkit.commands import demo
+
+    with pytest.raises(SystemExit) as exit_:
+        demo.main(argv)
+    assert exit_.value.code == 2 and "must be at least 1" in capsys.readouterr().err

@@ -346,3 +346,52 @@ def test_an_unwritable_output_folder_is_one_message(tmp_path):
     with pytest.raises(UserError, match="cannot write the dataset folder"):
         write_parallel_dataset(blocker / "data", ("de", "en"), {"train": [("a", "b")]})
     assert blocker.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b'{"task": "translation", "n": "caf\xe9"}', "is not UTF-8 text"),
+        (b"[1, 2]", "must hold a JSON object (task, splits ...), not list"),
+        (b'{"task": "translation"}', '"languages" must list the dataset\'s two languages'),
+        (b'{"task": "translation", "languages": ["fr"]}', '"languages" must list the dataset\'s two languages'),
+    ],
+)
+def test_a_hand_written_dataset_json_that_cannot_be_read_is_one_message(tmp_path, content, message):
+    (tmp_path / "dataset.json").write_bytes(content)
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        resolve_languages(tmp_path)
+
+
+def test_a_preparation_cut_short_leaves_no_dataset_json_beside_mixed_files(tmp_path, monkeypatch):
+    """Each file is replaced whole, but a new train.fr beside the old train.en under the old dataset.json would pair
+    the wrong sentences: the writers take dataset.json away first and write it last."""
+    import attnkit.data.text as text
+
+    folder = text.write_parallel_dataset(tmp_path / "d", ("fr", "en"), {"train": [("un", "one"), ("deux", "two")]})
+    written = []
+
+    def cut_after_one(path, content):
+        if written:
+            raise KeyboardInterrupt
+        written.append(path)
+        path.write_text(content, encoding="utf-8")
+
+    monkeypatch.setattr(text, "write_text_atomic", cut_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        text.write_parallel_dataset(folder, ("fr", "en"), {"train": [("trois", "three"), ("quatre", "four")]})
+    assert written == [folder / "train.fr"]
+    with pytest.raises(UserError, match="is not a prepared dataset: it has no dataset.json"):
+        read_parallel(folder, "train", "fr", "en")
+
+
+def test_a_split_file_its_dataset_json_does_not_list_is_not_read(tmp_path):
+    """Left from an earlier preparation of the folder (a test split, prepared again without one): not this dataset's."""
+    from attnkit.data.captions import CaptionedImage, read_caption_split, write_caption_dataset
+
+    splits = {name: [CaptionedImage(f"{name}.jpg", ("a photo .",))] for name in ("train", "valid", "test")}
+    write_caption_dataset(tmp_path / "c", splits, tmp_path)
+    write_caption_dataset(tmp_path / "c", {name: splits[name] for name in ("train", "valid")}, tmp_path)
+    assert (tmp_path / "c" / "test.tsv").is_file() and read_caption_split(tmp_path / "c", "valid")
+    with pytest.raises(UserError, match="has no split 'test': its dataset.json lists train, valid"):
+        read_caption_split(tmp_path / "c", "test")

@@ -85,3 +85,22 @@ def test_a_mosaic_needs_four_readable_photos(tmp_path):
     broken.write_bytes(b"not a jpeg")
     with pytest.raises(ImageError, match="broken.jpg: not an image"):
         images.open_mosaic([good, good, broken, good], 8)
+
+
+def test_a_large_sixteen_bit_photo_is_scaled_in_one_small_copy(tmp_path):
+    """floor(v * 255 / 65535) for every 16-bit value, with one working copy of 4 bytes a pixel: a 7900 x 7900 PNG of
+    139 kB had cost the page 1.5 GB in three float64 copies."""
+    import tracemalloc
+
+    from attnkit.data.images import _to_rgb
+
+    ramp = np.arange(65536, dtype=np.uint16).reshape(256, 256)
+    assert np.array_equal(np.asarray(_to_rgb(Image.fromarray(ramp)))[..., 0], (ramp.astype(np.int64) * 255 // 65535).astype(np.uint8))
+    big = Image.fromarray(np.full((2000, 2000), 40000, dtype=np.uint16))
+    tracemalloc.start()
+    try:
+        _to_rgb(big)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 2000 * 2000 * 1.6, peak  # the int32 copy and the 8-bit image; float64 would be 24 bytes a pixel

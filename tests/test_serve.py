@@ -2,6 +2,7 @@
 its message (and stays up), two requests at once, never a file on the server; in headless Chromium a dropped photo
 and a typed sentence give the report, whose words switch the maps."""
 
+import contextlib
 import io
 import socket
 import sys
@@ -247,6 +248,28 @@ def test_an_upload_that_stops_halfway_is_cut_at_the_timeout(models):
         server.server_close()
 
 
+def test_an_oversized_body_trickled_in_is_answered_at_the_timeout(models):
+    """Over the limit, the body is read away so that the client sees the answer; a client that sends it a byte at a
+    time holds the connection no longer than the timeout, not until 64 MB have arrived."""
+    server = make_server(TryPage(models), "127.0.0.1", 0, timeout=1.0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=30) as connection:
+            connection.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 100000000\r\n\r\n")
+            started = time.perf_counter()
+            connection.setblocking(False)
+            answer = b""
+            while not answer and time.perf_counter() - started < 15:
+                with contextlib.suppress(BlockingIOError, InterruptedError):
+                    connection.send(b"x")
+                time.sleep(0.2)
+                with contextlib.suppress(BlockingIOError):
+                    answer = connection.recv(100)
+            assert answer.startswith(b"HTTP/1.0 413") and time.perf_counter() - started < 6, (answer, time.perf_counter() - started)
+    finally:
+        server.shutdown()
+        server.server_close()
+
 def test_an_ipv6_host_is_served_on_ipv6(models):
     if not socket.has_ipv6:
         pytest.skip("this Python has no IPv6")
@@ -273,6 +296,9 @@ def test_the_form_is_read_part_by_part():
             form_fields("multipart/form-data; boundary=b", broken)
     with pytest.raises(Exception, match="without a boundary"):
         form_fields("multipart/form-data", body)
+    alike = b"".join(b"--b\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nx\r\n" for _ in range(17)) + b"--b--\r\n"
+    with pytest.raises(Exception, match="too many parts"):  # parts of one name count each
+        form_fields("multipart/form-data; boundary=b", alike)
 
 
 @pytest.mark.slow

@@ -257,6 +257,8 @@ class Captioner:
     ) -> dict:
         """Caption metrics of ``items`` (image paths relative to ``root``) against all their references (METEOR optional: it starts Java)."""
         hypotheses, references, unreadable = self.caption_with_references(items, root, beam_size, batch_size, log)
+        if unreadable == len(items):  # scores of nothing but empty captions would read as a model's
+            raise UserError(f"none of the {len(items)} images could be read (the warnings above say why): nothing to score")
         scores = caption_scores(hypotheses, references, meteor=meteor, log=log)
         return {**scores, "images": len(items), "unreadable": unreadable, "beam_size": beam_size or self.search.beam_size}
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnkit.captioning import Captioner
+from attnkit.cli import positive_int
 from attnkit.comparison import AttentionComparer
 from attnkit.config import load_config
 from attnkit.data.scenes import generate_scenes, write_scene_dataset
@@ -60,8 +61,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--scenes-config", default=str(ROOT / "tasks/configs/scenes_multitask.yaml"))
     parser.add_argument("--scenes-set", dest="scenes_overrides", action="append", default=[], metavar="KEY=VALUE", help="override of the joint scene model's config")
-    parser.add_argument("--scenes", type=int, default=SCENES, help="generated training scenes of the joint model")
-    parser.add_argument("--evaluate", type=int, default=100, help="held-out scenes per split in the metrics")
+    parser.add_argument("--scenes", type=positive_int, default=SCENES, help="generated training scenes of the joint model")
+    parser.add_argument("--evaluate", type=positive_int, default=100, help="held-out scenes per split in the metrics")
     parser.add_argument("--no-progress", action="store_true")
     return parser
 

@@ -164,7 +164,7 @@ def evaluate_captioning(args: argparse.Namespace, checkpoint, ensemble: Sequence
     else:
         root = Path(args.images)  # a folder: checked by check_paths
         items = [CaptionedImage(image, tuple(texts)) for image, texts in read_flickr8k_captions(args.captions).items()]
-        what = {"images": args.images, "captions": args.captions}
+        what = {"image_folder": args.images, "captions": args.captions}  # "images" is the scores' count of them
     if args.limit > 0:
         items = items[: args.limit]
     captioner = Captioner.from_checkpoints([checkpoint, *ensemble], device=args.device, cache_dir=args.cache)

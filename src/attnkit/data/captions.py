@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnkit.data.folder import read_dataset_info, write_dataset_info
+from attnkit.data.folder import begin_dataset, check_split_listed, read_dataset_info, write_dataset_info
 from attnkit.errors import UserError
 from attnkit.files import read_text_file, write_text_atomic
 
@@ -46,7 +46,7 @@ def write_caption_dataset(
     folder = Path(folder)
     image_root = Path(image_root).resolve()
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        begin_dataset(folder)
         for name, items in splits.items():
             lines = []
             for item in items:
@@ -91,7 +91,7 @@ def image_root(folder: str | Path) -> Path:
 def read_caption_split(folder: str | Path, split: str) -> list[CaptionedImage]:
     """One split's images with all their captions, in order of first appearance."""
     folder = Path(folder)
-    read_dataset_info(folder, task=TASK)
+    check_split_listed(folder, read_dataset_info(folder, task=TASK), split)
     path = folder / f"{split}.tsv"
     if not path.is_file():
         raise UserError(f"{folder} has no split '{split}' (missing {path.name})")

@@ -7,9 +7,17 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from attnkit.errors import UserError
-from attnkit.files import write_json_atomic
+from attnkit.files import read_text_file, write_json_atomic
 
 INFO_FILE = "dataset.json"
+
+
+def begin_dataset(folder: Path) -> None:
+    """Before a writer writes a folder's first file: the folder made, and an earlier dataset.json removed. A write cut
+    short (Ctrl-C, a full disk) then leaves a folder no reader takes, never one whose new files sit beside the old
+    ones' under the old dataset.json (a new train.fr beside the old train.en would pair the wrong sentences)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / INFO_FILE).unlink(missing_ok=True)
 
 
 def write_dataset_info(folder: Path, info: Mapping[str, object]) -> None:
@@ -26,9 +34,19 @@ def read_dataset_info(folder: str | Path, task: str | None = None) -> dict:
     if not info_path.is_file():
         raise UserError(f"{folder} is not a prepared dataset: it has no {INFO_FILE}")
     try:
-        info = json.loads(info_path.read_text(encoding="utf-8"))
+        info = json.loads(read_text_file(info_path))
     except json.JSONDecodeError as error:
         raise UserError(f"{info_path} is not valid JSON: {error}") from None
+    if not isinstance(info, dict):
+        raise UserError(f"{info_path} must hold a JSON object (task, splits ...), not {type(info).__name__}")
     if task is not None and info.get("task") != task:
         raise UserError(f"{folder} holds a '{info.get('task')}' dataset, not a {task} dataset")
     return info
+
+
+def check_split_listed(folder: Path, info: Mapping[str, object], split: str) -> None:
+    """An error unless the folder's dataset.json lists ``split`` (where it lists splits): a split file it does not
+    list is left over from an earlier preparation of the folder, not part of this one."""
+    listed = info.get("splits")
+    if isinstance(listed, Mapping) and split not in listed:
+        raise UserError(f"{folder} has no split '{split}': its {INFO_FILE} lists {', '.join(map(str, listed)) or 'none'}")

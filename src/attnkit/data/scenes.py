@@ -36,7 +36,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from attnkit.data.captions import CaptionedImage, write_caption_dataset
-from attnkit.data.folder import read_dataset_info, write_dataset_info
+from attnkit.data.folder import begin_dataset, read_dataset_info, write_dataset_info
 from attnkit.data.text import write_parallel_dataset
 from attnkit.errors import UserError
 from attnkit.files import json_text, write_text_atomic
@@ -269,6 +269,7 @@ def write_scene_dataset(folder: str | Path, counts: Mapping[str, int], seed: int
             raise UserError(f"unknown scene split '{split}'; choose from {', '.join(SPLITS)}")
     images = folder / "images"
     try:
+        begin_dataset(folder)
         images.mkdir(parents=True, exist_ok=True)
         captioned: dict[str, list[CaptionedImage]] = {}
         pairs: dict[str, list[tuple[str, str]]] = {}

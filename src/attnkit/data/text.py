@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from attnkit.data.batching import Batch, batch_gold, pad_sequences
-from attnkit.data.folder import read_dataset_info, write_dataset_info
+from attnkit.data.folder import INFO_FILE, begin_dataset, check_split_listed, read_dataset_info, write_dataset_info
 from attnkit.errors import UserError
 from attnkit.files import read_text_file, write_text_atomic
 
@@ -33,7 +33,7 @@ def write_parallel_dataset(
     folder = Path(folder)
     meta = {"task": "translation", "languages": list(languages), "splits": {k: len(v) for k, v in splits.items()}, **(info or {})}
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        begin_dataset(folder)
         for name, pairs in splits.items():
             for side, lang in enumerate(languages):
                 lines = [pair[side].replace("\n", " ").strip() for pair in pairs]
@@ -47,7 +47,9 @@ def write_parallel_dataset(
 def resolve_languages(folder: str | Path, source_lang: str = "", target_lang: str = "") -> tuple[str, str]:
     """The (source, target) pair to use: the config's, else the folder's declared order."""
     info = read_dataset_info(folder, task="translation")
-    languages = info.get("languages", [])
+    languages = info.get("languages")
+    if not (isinstance(languages, list) and len(languages) >= 2 and all(isinstance(lang, str) and lang for lang in languages)):
+        raise UserError(f"{Path(folder) / INFO_FILE}: \"languages\" must list the dataset's two languages, e.g. [\"fr\", \"en\"]")
     source = source_lang or languages[0]
     target = target_lang or languages[1]
     for lang in (source, target):
@@ -61,6 +63,7 @@ def resolve_languages(folder: str | Path, source_lang: str = "", target_lang: st
 def read_parallel(folder: str | Path, split: str, source_lang: str, target_lang: str) -> list[tuple[str, str]]:
     """Raw (source, target) sentence pairs of one split."""
     folder = Path(folder)
+    check_split_listed(folder, read_dataset_info(folder, task="translation"), split)
     sides = []
     for lang in (source_lang, target_lang):
         path = folder / f"{split}.{lang}"
