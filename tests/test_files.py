@@ -44,3 +44,18 @@ def test_every_json_the_package_writes_goes_through_the_one_helper():
                     if not_written.get(name, "\0") not in lines[node.lineno - 1]:
                         found.append(f"{name}:{node.lineno}")
     assert not found, f"JSON written without attnkit.files.json_text: {found}"
+
+
+def test_two_writers_with_one_process_id_write_to_different_temporaries(tmp_path):
+    """Processes in separate PID namespaces (containers sharing a feature cache) can have the same id: with the id
+    alone in the temporary's name, one's rename took the other's file away."""
+    import os
+
+    from attnkit.files import atomic_path, temporary_files
+
+    with atomic_path(tmp_path / "x.pt") as one, atomic_path(tmp_path / "x.pt") as two:
+        assert one != two and one.name.startswith(f".x.{os.getpid()}-") and one.name.endswith(".tmp.pt")
+        one.write_bytes(b"1")
+        two.write_bytes(b"2")
+        assert temporary_files(tmp_path / "x.pt", os.getpid()) == sorted([one, two]) == temporary_files(tmp_path / "x.pt")
+    assert (tmp_path / "x.pt").read_bytes() == b"1" and not temporary_files(tmp_path / "x.pt")  # the outer ended last

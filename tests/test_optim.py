@@ -91,3 +91,14 @@ def test_the_trained_weights_come_back_when_validation_fails_inside_the_swap():
         with average.swapped_in(model):
             raise RuntimeError("validation failed")
     torch.testing.assert_close(model.weight.detach(), trained)
+
+
+def test_a_resumed_schedule_keeps_its_count_and_takes_this_run_s_settings():
+    """--resume --set train.lr_patience=... asks for new settings; torch's own load would bring the saved ones back."""
+    first = LearningRateSchedule(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1), TrainConfig(lr=0.1, lr_patience=1, lr_factor=0.5, min_lr=0.0))
+    first.after_validation(10.0, 0)
+    first.after_validation(9.0, 1)  # one validation without improvement, of the one lr_patience lets pass
+    resumed = LearningRateSchedule(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1), TrainConfig(lr=0.1, lr_patience=5, lr_factor=0.1, min_lr=1e-5))
+    resumed.load_state_dict(first.state_dict())
+    assert (resumed.plateau.patience, resumed.plateau.factor, resumed.plateau.min_lrs) == (5, 0.1, [1e-5])
+    assert (resumed.plateau.best, resumed.plateau.num_bad_epochs) == (10.0, 1)

@@ -142,3 +142,25 @@ def test_tasks_train_resumes_into_the_checkpoints_folder(toy_data, tmp_path):
     assert train.main(["--resume", str(copy / "last.pt"), "--set", "train.epochs=2", "--no-progress"]) == 0
     assert (original / "last.pt").read_bytes() == before
     assert load_checkpoint(copy / "last.pt").training["progress"]["epoch"] == 2 and logged_epochs(copy) == [1, 2]
+
+
+def test_a_folder_holding_another_runs_checkpoints_without_its_last_pt_is_refused(toy_data, tmp_path):
+    """A user who deleted last.pt to save room still has that run's best.pt, which a new run's first epoch would
+    write over; its epoch checkpoints would mix into the new run's. Resuming the same run from its best.pt goes on."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    train_translation(quick(toy_data, a), **QUIET)
+    (a / "last.pt").unlink()
+    kept = (a / "best.pt").read_bytes()
+    with pytest.raises(UserError, match=r"holds an earlier run's checkpoints \(best.pt\); replace them with --overwrite"):
+        train_translation(quick(toy_data, a, "train.seed=7"), **QUIET)
+    train_translation(quick(toy_data, b), **QUIET)
+    other = load_checkpoint(b / "last.pt")
+    with pytest.raises(UserError, match="holds an earlier run's checkpoints"):  # b's run resumed into a
+        train_translation(resumed_config(other, f"output_dir={a}", "train.epochs=2"), resume=other, **QUIET)
+    assert (a / "best.pt").read_bytes() == kept
+    (b / "last.pt").unlink()
+    own = load_checkpoint(b / "best.pt")
+    train_translation(resumed_config(own, "train.epochs=2"), resume=own, **QUIET)
+    assert logged_epochs(b) == [1, 2]
+    train_translation(quick(toy_data, a, "train.seed=7"), overwrite=True, **QUIET)
+    assert (a / "best.pt").read_bytes() != kept

@@ -16,6 +16,7 @@ import io
 import json
 import math
 import os
+import secrets
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -30,7 +31,7 @@ def atomic_path(path: str | Path, durable: bool = True) -> Iterator[Path]:
     ``durable=False`` skips the fsyncs, for files that are cheap to remake (a cache entry)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = _temporary_name(path, str(os.getpid()))
+    temporary = _temporary_name(path, f"{os.getpid()}-{secrets.token_hex(4)}")  # the pid alone repeats across containers sharing a folder
     try:
         yield temporary
         if durable:
@@ -51,7 +52,7 @@ def temporary_files(path: str | Path, pid: int | None = None) -> list[Path]:
     """Temporary files of atomic writes of ``path`` (by process ``pid`` only, when given): writes in progress,
     or leftovers of writes a killed process never finished."""
     path = Path(path)
-    return sorted(path.parent.glob(_temporary_name(path, "*" if pid is None else str(pid)).name))
+    return sorted(path.parent.glob(_temporary_name(path, "*" if pid is None else f"{pid}-*").name))
 
 
 def _fsync(path: Path) -> None:

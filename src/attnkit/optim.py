@@ -63,7 +63,12 @@ class LearningRateSchedule:
         return self.plateau.state_dict()  # the warm-up needs only the step count, which the run's progress keeps
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The plateau's count and best score from a checkpoint, and its settings (patience, factor, min_lr) this run's,
+        as ``--resume --set train.lr_patience=...`` asks: torch's own load brings the saved settings back."""
+        settings = {"patience": self.plateau.patience, "factor": self.plateau.factor, "min_lrs": self.plateau.min_lrs}
         self.plateau.load_state_dict(state)
+        for name, value in settings.items():
+            setattr(self.plateau, name, value)
 
 
 class WeightAverage:

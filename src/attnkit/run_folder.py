@@ -45,15 +45,21 @@ class RunFolder:
         self._lock = None
 
     def holds_run(self) -> bool:
+        """A run that can go on here: its last.pt."""
         return (self.path / "last.pt").exists()
 
-    def standing_progress(self) -> dict:
-        """The progress saved in the folder's last.pt (epoch, run_id, ...), read without loading the weights."""
-        return self.standing_run()[1]
+    def holds_checkpoints(self) -> bool:
+        """Any run's checkpoints (best.pt, last.pt, epoch-<k>.pt): a folder whose last.pt was deleted still holds a
+        run's best.pt, which a new run's first epoch would write over."""
+        return any((self.path / name).exists() for name in CHECKPOINTS) or bool(self.epoch_checkpoints())
 
-    def standing_run(self) -> tuple[dict, dict]:
-        """The config and the progress saved in the folder's last.pt (each {} where missing), read without loading the weights."""
-        path = self.path / "last.pt"
+    def standing_progress(self, name: str = "last.pt") -> dict:
+        """The progress saved in the folder's last.pt (or ``name``: epoch, run_id, ...), read without loading the weights."""
+        return self.standing_run(name)[1]
+
+    def standing_run(self, name: str = "last.pt") -> tuple[dict, dict]:
+        """The config and the progress saved in the folder's last.pt (or ``name``; each {} where missing), read without loading the weights."""
+        path = self.path / name
         try:
             payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)  # the weights stay on disk
         except Exception:  # whatever a damaged file raises: the user decides what to do with it
@@ -68,12 +74,15 @@ class RunFolder:
         return path.parent == self.path and (path.name in RUN_FILES or EPOCH_CHECKPOINT.fullmatch(path.name) is not None) and self.holds_run()
 
     def refuse_existing(self, overwrite: bool) -> None:
-        """The early check of a new run: a folder that holds a run is kept unless ``overwrite``."""
+        """The early check of a new run: a folder that holds a run, or a run's checkpoints, is kept unless ``overwrite``."""
         if self.holds_run() and not overwrite:
             raise UserError(
                 f"{self.path} already holds a run; continue it with --resume {self.path / 'last.pt'}, "
                 "replace it with --overwrite, or choose another output_dir"
             )
+        if self.holds_checkpoints() and not overwrite:
+            kept = sorted(path.name for path in self.path.glob("*.pt") if path.name in CHECKPOINTS or EPOCH_CHECKPOINT.fullmatch(path.name))
+            raise UserError(f"{self.path} holds an earlier run's checkpoints ({', '.join(kept)}); replace them with --overwrite, or choose another output_dir")
         if self.path.exists() and not self.path.is_dir():
             raise UserError(f"output_dir {self.path} is a file, not a folder")
 

@@ -557,7 +557,13 @@ def check_run_folder(folder: RunFolder, resume: Checkpoint | None, overwrite: bo
     if resume is None:
         folder.refuse_existing(overwrite)
         return
-    if overwrite or not folder.holds_run():
+    if overwrite:
+        return
+    if not folder.holds_run():
+        resumed_run = resume.training.get("progress", {}).get("run_id", "")
+        own_best = (folder.path / "best.pt").is_file() and folder.standing_progress("best.pt").get("run_id") == resumed_run
+        if not own_best:  # another run's best.pt or epoch-<k>.pt, without its last.pt: not this run's to write over
+            folder.refuse_existing(overwrite=False)
         return
     standing = folder.standing_progress()
     resumed = resume.training.get("progress", {})
@@ -575,7 +581,7 @@ def _claim(held: contextlib.ExitStack, folder: RunFolder, trainer: Trainer, resu
     replaced run's files, store the resolved config; a resumed run's state is on disk before training goes on."""
     held.enter_context(folder.claim())
     check_run_folder(folder, resume, overwrite)  # again under the lock: another process may have started a run meanwhile
-    if overwrite and folder.holds_run() and not _continues(folder, resume):
+    if overwrite and folder.holds_checkpoints() and not _continues(folder, resume):
         removed = folder.remove_run_files()
         log(f"--overwrite: removed {', '.join(path.name for path in removed)} of the previous run in {folder.path}")
     save_config(config, folder.path / "config.yaml")
