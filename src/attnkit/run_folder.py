@@ -48,10 +48,13 @@ class RunFolder:
         """A run that can go on here: its last.pt."""
         return (self.path / "last.pt").exists()
 
+    def checkpoint_files(self) -> list[Path]:
+        """Any run's checkpoints here (best.pt, last.pt, epoch-<k>.pt): a folder whose last.pt was deleted still holds
+        a run's best.pt, which a new run's first epoch would write over."""
+        return [*(self.path / name for name in CHECKPOINTS if (self.path / name).exists()), *self.epoch_checkpoints().values()]
+
     def holds_checkpoints(self) -> bool:
-        """Any run's checkpoints (best.pt, last.pt, epoch-<k>.pt): a folder whose last.pt was deleted still holds a
-        run's best.pt, which a new run's first epoch would write over."""
-        return any((self.path / name).exists() for name in CHECKPOINTS) or bool(self.epoch_checkpoints())
+        return bool(self.checkpoint_files())
 
     def standing_progress(self, name: str = "last.pt") -> dict:
         """The progress saved in the folder's last.pt (or ``name``: epoch, run_id, ...), read without loading the weights."""
@@ -80,9 +83,9 @@ class RunFolder:
                 f"{self.path} already holds a run; continue it with --resume {self.path / 'last.pt'}, "
                 "replace it with --overwrite, or choose another output_dir"
             )
-        if self.holds_checkpoints() and not overwrite:
-            kept = sorted(path.name for path in self.path.glob("*.pt") if path.name in CHECKPOINTS or EPOCH_CHECKPOINT.fullmatch(path.name))
-            raise UserError(f"{self.path} holds an earlier run's checkpoints ({', '.join(kept)}); replace them with --overwrite, or choose another output_dir")
+        if (kept := self.checkpoint_files()) and not overwrite:
+            names = ", ".join(sorted(path.name for path in kept))
+            raise UserError(f"{self.path} holds an earlier run's checkpoints ({names}); replace them with --overwrite, or choose another output_dir")
         if self.path.exists() and not self.path.is_dir():
             raise UserError(f"output_dir {self.path} is a file, not a folder")
 
