@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from attnkit.config import TrainConfig
-from attnkit.optim import LearningRateSchedule, WeightAverage
+from attnkit.optim import LearningRateSchedule, WeightAverage, load_optimizer_state
 
 
 def _schedule(**settings):
@@ -102,3 +102,51 @@ def test_a_resumed_schedule_keeps_its_count_and_takes_this_run_s_settings():
     resumed.load_state_dict(first.state_dict())
     assert (resumed.plateau.patience, resumed.plateau.factor, resumed.plateau.min_lrs) == (5, 0.1, [1e-5])
     assert (resumed.plateau.best, resumed.plateau.num_bad_epochs) == (10.0, 1)
+
+
+def _halved_once(peak: float, **settings) -> LearningRateSchedule:
+    """A schedule whose one plateau has halved its group's rate (from ``peak`` to ``peak / 2``)."""
+    schedule = LearningRateSchedule(torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=peak, **settings), TrainConfig(lr=peak, lr_patience=0, lr_factor=0.5, min_lr=0.0))
+    schedule.after_validation(10.0, 0)
+    schedule.after_validation(9.0, 1)
+    assert schedule.optimizer.param_groups[0]["lr"] == peak / 2
+    return schedule
+
+
+def _resumed(saved: LearningRateSchedule, peak: float, **settings) -> LearningRateSchedule:
+    """A new run's schedule and optimizer with this run's ``peak`` and ``settings``, loaded as Trainer.restore loads them."""
+    resumed = LearningRateSchedule(torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=peak, **settings), TrainConfig(lr=peak, lr_patience=0, lr_factor=0.5, min_lr=0.0))
+    load_optimizer_state(resumed.optimizer, saved.optimizer.state_dict())
+    resumed.load_state_dict(saved.state_dict())
+    return resumed
+
+
+def test_a_resumed_run_takes_its_own_peak_rate_at_the_share_the_plateaus_reached():
+    """--resume --set train.lr=...: torch's load would bring the saved rate back, and the checkpoint's config would
+    name a rate the run never used."""
+    assert _resumed(_halved_once(0.1), peak=0.4).optimizer.param_groups[0]["lr"] == pytest.approx(0.2)
+    assert _resumed(_halved_once(0.1), peak=0.1).optimizer.param_groups[0]["lr"] == 0.05  # unchanged: the same rate
+
+
+def test_a_checkpoint_without_saved_peaks_keeps_its_saved_rate():
+    saved = _halved_once(0.1)
+    state = {key: value for key, value in saved.state_dict().items() if key != "peaks"}  # as written before the peaks were saved
+    resumed = LearningRateSchedule(torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=0.4), TrainConfig(lr=0.4, lr_patience=0))
+    load_optimizer_state(resumed.optimizer, saved.optimizer.state_dict())
+    resumed.load_state_dict(state)
+    assert resumed.optimizer.param_groups[0]["lr"] == 0.05
+    assert not hasattr(resumed.plateau, "peaks")
+
+
+def test_a_resumed_optimizer_keeps_its_moments_and_takes_this_run_s_weight_decay_and_betas():
+    weight = torch.nn.Parameter(torch.ones(3))
+    first = torch.optim.Adam([weight], lr=0.1, weight_decay=0.0)
+    weight.grad = torch.tensor([1.0, -2.0, 3.0])
+    first.step()
+    resumed = torch.optim.Adam([torch.nn.Parameter(weight.detach().clone())], lr=0.1, weight_decay=0.01, betas=(0.8, 0.98))
+    load_optimizer_state(resumed, first.state_dict())
+    group = resumed.param_groups[0]
+    assert (group["weight_decay"], group["betas"]) == (0.01, (0.8, 0.98))
+    (moments,) = resumed.state.values()
+    torch.testing.assert_close(moments["exp_avg"], first.state[weight]["exp_avg"])
+    assert float(moments["step"]) == 1.0

@@ -89,6 +89,18 @@ def test_a_weight_average_validates_and_saves_the_average_and_leaves_training_al
     assert rescored["bleu"] == log[-1]["valid"]["bleu"]
 
 
+
+def test_a_resumed_run_trains_with_the_rate_and_weight_decay_its_config_names(small_toy_data, tmp_path):
+    """--resume --set train.lr=... train.weight_decay=...: the optimizer's saved settings came back, so the run went on
+    with the old ones while its checkpoints' config named the new."""
+    quiet = dict(progress_bar=False, log=lambda _: None)
+    train_translation(toy_config(small_toy_data, tmp_path, "train.epochs=1", "train.weight_decay=0"), **quiet)
+    last = load_checkpoint(tmp_path / "last.pt")
+    continued = from_dict(ExperimentConfig, apply_overrides(last.config, ["train.epochs=2", "train.weight_decay=0.05", "train.lr=0.02"]))
+    train_translation(continued, resume=last, **quiet)
+    (group,) = load_checkpoint(tmp_path / "last.pt").training["optimizer"]["param_groups"]
+    assert (group["weight_decay"], group["lr"]) == (0.05, pytest.approx(0.02))  # no plateau yet: the whole peak
+
 def test_validation_and_the_plateaus_see_the_average_and_a_resume_may_turn_it_on_or_off(toy_data, tmp_path):
     """Validation scores the weights the model holds when it runs: with a weight average, the average (here its
     fingerprint, the sum of the output layer's weights), which the schedule and early stopping then follow."""

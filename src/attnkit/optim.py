@@ -60,15 +60,40 @@ class LearningRateSchedule:
             self.plateau.step(score)
 
     def state_dict(self) -> dict[str, Any]:
-        return self.plateau.state_dict()  # the warm-up needs only the step count, which the run's progress keeps
+        # The warm-up needs only the step count, which the run's progress keeps; the peaks let a resumed run rescale.
+        return {**self.plateau.state_dict(), "peaks": list(self.peaks)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """The plateau's count and best score from a checkpoint, and its settings (patience, factor, min_lr) this run's,
-        as ``--resume --set train.lr_patience=...`` asks: torch's own load brings the saved settings back."""
+        """Go on from a checkpoint's schedule, after its optimizer state was loaded (which set each group's rate
+        to the saved one). The plateau's count and best score are the checkpoint's; its settings (patience,
+        factor, min_lr) and the peak rates this run's, as ``--resume --set train.lr=...`` asks: each group's rate
+        becomes this run's peak times the share of its saved peak the schedule had reached (the same rate when
+        the peak is unchanged). Torch's own loads bring the saved settings and rates back. A checkpoint written
+        before the peaks were saved keeps its saved rates."""
+        state = dict(state)
+        saved_peaks = state.pop("peaks", None)
         settings = {"patience": self.plateau.patience, "factor": self.plateau.factor, "min_lrs": self.plateau.min_lrs}
         self.plateau.load_state_dict(state)
         for name, value in settings.items():
             setattr(self.plateau, name, value)
+        if saved_peaks is None:
+            return
+        if len(saved_peaks) != len(self.peaks):
+            raise ValueError(f"the schedule saved {len(saved_peaks)} parameter groups, this run has {len(self.peaks)}")
+        for group, peak, saved_peak in zip(self.optimizer.param_groups, self.peaks, saved_peaks):
+            if peak != saved_peak:  # an unchanged peak leaves the rate bit for bit as it was
+                group["lr"] = group["lr"] * peak / saved_peak
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """A checkpoint's optimizer state (Adam's moments and step counts, the groups' rates) into ``optimizer``, its
+    other settings kept as this run made them (weight decay, betas, eps, fused, ...), as ``--resume --set
+    train.weight_decay=...`` asks: torch's own load brings the saved ones back. The rates are the schedule's
+    (:meth:`LearningRateSchedule.load_state_dict`)."""
+    settings = [{key: value for key, value in group.items() if key not in ("params", "lr")} for group in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, own in zip(optimizer.param_groups, settings):
+        group.update(own)
 
 
 class WeightAverage:

@@ -37,7 +37,7 @@ from attnkit.config import ExperimentConfig, TrainConfig, save_config, to_dict
 from attnkit.data.batching import BatchLimit, BucketBatchSampler, length_multiple, padded_collate
 from attnkit.distributed import Distributed, ShardedBatchSampler, autocast, choose_threads, loader_workers, resolve_device, resolve_precision
 from attnkit.errors import UserError
-from attnkit.optim import LearningRateSchedule, WeightAverage
+from attnkit.optim import LearningRateSchedule, WeightAverage, load_optimizer_state
 from attnkit.run_folder import RunFolder, epoch_checkpoint_name
 from attnkit.watch import DrawAttention, TensorBoardLog, check_tensorboard
 
@@ -223,7 +223,7 @@ class Trainer:
                 self.weight_average.restart_from(self.model)
             if "trained_weights" in training:
                 self.model.load_state_dict(training["trained_weights"])
-            self.optimizer.load_state_dict(training["optimizer"])
+            load_optimizer_state(self.optimizer, training["optimizer"])
             self.schedule.load_state_dict(training["scheduler"])
             if training.get("scaler"):
                 self.scaler.load_state_dict(training["scaler"])
