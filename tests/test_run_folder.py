@@ -110,6 +110,26 @@ def test_resume_refuses_another_runs_folder_and_a_rewind_without_overwrite(toy_d
     assert load_checkpoint(a / "last.pt").training["progress"]["epoch"] == 2 and logged_epochs(a) == [1, 2]
 
 
+
+def test_a_run_resumed_into_a_new_folder_brings_its_best_epoch(toy_data, tmp_path):
+    """The resumed epoch is not the best: the folder got no best.pt, and none at all if no later epoch beat the score."""
+    a = tmp_path / "a"
+    train_translation(quick(toy_data, a), **QUIET)
+    epoch_one = load_checkpoint(a / "last.pt")
+    train_translation(resumed_config(epoch_one, "train.epochs=2", "train.lr=10", "train.patience=0"), resume=epoch_one, **QUIET)  # a rate that wrecks epoch 2: not the best
+    epoch_two = load_checkpoint(a / "last.pt")
+    assert (epoch_two.training["progress"]["epoch"], epoch_two.training["progress"]["best_epoch"]) == (2, 1)
+    lines = []
+    for folder in (tmp_path / "b", tmp_path / "c"):
+        if folder.name == "c":  # a damaged best.pt beside the checkpoint is not brought, and said so
+            (a / "best.pt").write_bytes(b"not a checkpoint")
+        train_translation(resumed_config(epoch_two, f"output_dir={folder}"), resume=epoch_two, progress_bar=False, log=lines.append)
+    best = load_checkpoint(tmp_path / "b" / "best.pt")
+    assert best.training["progress"]["epoch"] == 1 and best.training["progress"]["run_id"] == epoch_two.training["progress"]["run_id"]
+    assert any(line.startswith("best.pt (epoch 1) brought from") for line in lines)
+    assert not (tmp_path / "c" / "best.pt").exists() and (tmp_path / "c" / "last.pt").exists()
+    assert any("no best.pt of this run's best epoch (1)" in line for line in lines)
+
 def test_rewinding_with_overwrite_rewrites_the_log_to_the_resumed_epoch(toy_data, tmp_path):
     train_translation(toy_config(toy_data, tmp_path, "train.epochs=2", "train.valid_max_examples=8", "train.patience=0"), **QUIET)
     first = load_checkpoint(tmp_path / "last.pt")

@@ -67,6 +67,7 @@ class Checkpoint:
     training: dict[str, Any] = field(default_factory=dict)  # optimizer, scheduler, epoch, ... (for --resume)
     attnkit_version: str = __version__
     subword_models: dict[str, bytes] = field(default_factory=dict)  # {"source": ..., "target": ...}: serialised sentencepiece models (data.tokenizer.kind sentencepiece)
+    read_from: Path | None = field(default=None, compare=False)  # the file load_checkpoint read it from (not saved): a resumed run's other files lie beside it
 
     def refuse_another_model(self, config: ExperimentConfig) -> None:
         """Resuming trains this checkpoint's model on: ``config`` may change how (epochs, budget, device, ...), not what
@@ -129,7 +130,7 @@ def load_checkpoint(path: str | Path, task: str | tuple[str, ...] | None = None,
     accepted = (task,) if isinstance(task, str) else task
     if accepted is not None and checkpoint.task not in accepted:
         raise UserError(f"{path} is a '{checkpoint.task}' checkpoint, but this command needs a {' or '.join(repr(t) for t in accepted)} checkpoint")
-    return checkpoint
+    return replace(checkpoint, read_from=path)
 
 
 def load_weights(model: nn.Module, checkpoint: Checkpoint) -> None:

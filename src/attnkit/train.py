@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from attnkit.checkpoint import Checkpoint, load_weights, save_checkpoint
+from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights, save_checkpoint
 from attnkit.config import ExperimentConfig, TrainConfig, save_config, to_dict
 from attnkit.data.batching import BatchLimit, BucketBatchSampler, length_multiple, padded_collate
 from attnkit.distributed import Distributed, ShardedBatchSampler, autocast, choose_threads, loader_workers, resolve_device, resolve_precision
@@ -587,11 +587,39 @@ def _claim(held: contextlib.ExitStack, folder: RunFolder, trainer: Trainer, resu
     save_config(config, folder.path / "config.yaml")
     if resume is not None:
         if not folder.holds_run():  # a new or cleared folder: a kill before the next epoch ends must not lose the run
+            _carry_best(folder, resume, log)  # before last.pt: a kill between the two leaves a folder a resume refills
             save_checkpoint(folder.path / "last.pt", resume)
-            progress = resume.training["progress"]
-            if progress.get("best_epoch") == progress.get("epoch"):
-                save_checkpoint(folder.path / "best.pt", resume)
         folder.write_log(trainer.history)  # repairs a log a kill left a line short or long
+
+
+def _carry_best(folder: RunFolder, resume: Checkpoint, log) -> None:
+    """A run resumed into a new folder brings its best.pt: the resumed checkpoint itself when its epoch is the best,
+    else the best.pt beside it when that is the same run's best epoch. Without it the folder would have no best.pt
+    until an epoch beat the best score, and none at all if none did."""
+    progress = resume.training["progress"]
+    if progress.get("best_epoch") == progress.get("epoch"):
+        save_checkpoint(folder.path / "best.pt", resume)
+        return
+    best = (progress.get("run_id"), progress.get("best_epoch"))
+    here = folder.path.resolve()
+    for source in [here, *([resume.read_from.parent.resolve()] if resume.read_from is not None else [])]:
+        if _best_of(RunFolder(source)) == best:
+            if source != here:
+                save_checkpoint(folder.path / "best.pt", load_checkpoint(source / "best.pt"))
+                log(f"best.pt (epoch {best[1]}) brought from {source}")
+            return
+    log(f"note: no best.pt of this run's best epoch ({best[1]}) lies beside the resumed checkpoint; {folder.path} gets one when an epoch beats the best score")
+
+
+def _best_of(folder: RunFolder) -> tuple[str | None, int | None]:
+    """The run and epoch of the folder's best.pt ((None, None) if it has none, or one that cannot be read)."""
+    if not (folder.path / "best.pt").is_file():
+        return None, None
+    try:
+        standing = folder.standing_progress("best.pt")
+    except UserError:
+        return None, None
+    return standing.get("run_id"), standing.get("epoch")
 
 
 def _continues(folder: RunFolder, resume: Checkpoint | None) -> bool:
