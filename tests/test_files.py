@@ -59,3 +59,21 @@ def test_two_writers_with_one_process_id_write_to_different_temporaries(tmp_path
         two.write_bytes(b"2")
         assert temporary_files(tmp_path / "x.pt", os.getpid()) == sorted([one, two]) == temporary_files(tmp_path / "x.pt")
     assert (tmp_path / "x.pt").read_bytes() == b"1" and not temporary_files(tmp_path / "x.pt")  # the outer ended last
+
+
+def test_an_image_written_atomically_keeps_the_old_file_when_the_write_fails(tmp_path):
+    from PIL import Image
+
+    from attnkit.files import save_image_atomic, temporary_files
+
+    path = save_image_atomic(Image.new("RGB", (4, 4), "red"), tmp_path / "scene-0.png")
+    assert Image.open(path).format == "PNG" and Image.open(path).getpixel((0, 0)) == (255, 0, 0)
+
+    class CutShort:  # a write that dies half-way (a full disk, a kill)
+        def save(self, target):
+            Path(target).write_bytes(b"\x89PNG half")
+            raise OSError("No space left on device")
+
+    with pytest.raises(OSError):
+        save_image_atomic(CutShort(), path)
+    assert Image.open(path).getpixel((0, 0)) == (255, 0, 0) and not temporary_files(path)

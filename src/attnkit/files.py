@@ -83,6 +83,13 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return Path(path)
 
 
+def save_image_atomic(image, path: str | Path) -> Path:
+    """A PIL image to ``path`` atomically, in the format its suffix names: a half-written PNG never replaces a good one."""
+    with atomic_path(path) as temporary:
+        image.save(temporary)
+    return Path(path)
+
+
 def json_text(obj, indent: int | None = None) -> str:
     """``obj`` as strict JSON text: NaN and infinities become null (Python's ``json`` would write bare ``NaN``,
     which no other reader accepts), and ``allow_nan=False`` makes any non-finite number left an error here

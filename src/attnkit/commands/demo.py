@@ -34,7 +34,7 @@ from attnkit.comparison import AttentionComparer
 from attnkit.config import load_config
 from attnkit.data.scenes import generate_scenes, write_scene_dataset
 from attnkit.data.text import read_parallel, resolve_languages
-from attnkit.files import write_json_atomic, write_text_atomic
+from attnkit.files import save_image_atomic, write_json_atomic, write_text_atomic
 from attnkit.multitask import train_multitask
 from attnkit.report import SCENE_SPLITS, compare_scenes
 from attnkit.run_folder import RunFolder
@@ -174,7 +174,7 @@ def scene_tour(args: argparse.Namespace, run_dir: Path) -> SceneTour:
     translations = comparer.translator.translate([scene.sentences[0].french_text for scene in shown])
     lines = []
     for number, (scene, image, (caption, *_), (translation, *_)) in enumerate(zip(shown, images, captions, translations)):
-        image.save(scenes_dir / f"scene-{number}.png")
+        save_image_atomic(image, scenes_dir / f"scene-{number}.png")
         lines += [f"scene-{number}.png", f"  caption:     {caption.text}", f"  fr:          {scene.sentences[0].french_text}", f"  translation: {translation.text}", ""]
     print("\n".join(lines))
     outputs_txt = write_text_atomic(scenes_dir / "outputs.txt", "\n".join(lines))
