@@ -79,6 +79,36 @@ def _hold_lock(folder, ready, release):
         release.wait(30)
 
 
+
+def _hold_lock_beside_a_forked_worker(folder, worker_pid):
+    import time
+
+    with RunFolder(folder).claim():
+        worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))  # as a DataLoader worker is started
+        worker.start()
+        worker_pid.put(worker.pid)
+        time.sleep(60)
+
+
+def test_a_killed_trainings_forked_workers_do_not_keep_its_folder_locked(tmp_path):
+    """A flock belongs to the open file, which a fork shares: the workers' copies held the lock until they saw their
+    parent gone (about 5 s for DataLoader workers), and a run restarted at once was refused."""
+    import signal
+
+    context = multiprocessing.get_context("spawn")
+    worker_pid = context.Queue()
+    holder = context.Process(target=_hold_lock_beside_a_forked_worker, args=(str(tmp_path), worker_pid))
+    holder.start()
+    worker = worker_pid.get(timeout=60)
+    try:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join(30)
+        os.kill(worker, 0)  # the worker lives on
+        with RunFolder(tmp_path).claim():
+            pass
+    finally:
+        os.kill(worker, signal.SIGKILL)
+
 def test_a_folder_another_process_trains_into_is_refused(toy_data, tmp_path):
     context = multiprocessing.get_context("spawn")
     ready, release = context.Event(), context.Event()

@@ -4,8 +4,8 @@ A run writes exactly :data:`RUN_FILES`, with ``train.keep_epochs`` the epoch che
 ``epoch-<k>.pt`` (and the temporary files of their atomic writes), and with ``train.tensorboard`` the event
 files in ``tensorboard/``; everything else in the folder belongs to the user and is never touched. One process at a
 time writes a run folder: :meth:`RunFolder.claim` takes an exclusive lock (``flock`` on
-``.attnkit.lock``, released by the kernel when the process ends, even on SIGKILL), so a
-second training into the same folder gets a clear error instead of mixing two runs.
+``.attnkit.lock``, released by the kernel when the process ends, even on SIGKILL; forked loader workers do not
+keep it), so a second training into the same folder gets a clear error instead of mixing two runs.
 """
 
 from __future__ import annotations
@@ -33,6 +33,27 @@ RUN_FILES = (*CHECKPOINTS, "config.yaml", "log.jsonl")
 LOCK = ".attnkit.lock"
 EPOCH_CHECKPOINT = re.compile(r"epoch-(\d+)\.pt")  # train.keep_epochs: the weights after epoch <k>
 EPOCH_CHECKPOINTS = "epoch-*.pt"  # the glob that finds them (and their temporaries)
+
+
+_HELD_LOCKS: set[int] = set()  # descriptors of the locks this process holds
+
+
+def _leave_locks_to_the_parent() -> None:
+    """In a forked child (a DataLoader worker): its copies of the parent's lock descriptors are pointed at /dev/null.
+    A flock belongs to the open file, which a fork shares, so the child's copy kept the folder locked after the
+    parent's death until the child noticed it (a few seconds for loader workers); the child never writes the
+    folder. dup2 rather than close, so that the child's file objects close a descriptor of their own."""
+    if not _HELD_LOCKS:
+        return
+    nowhere = os.open(os.devnull, os.O_RDWR)
+    for descriptor in _HELD_LOCKS:
+        os.dup2(nowhere, descriptor)
+    os.close(nowhere)
+    _HELD_LOCKS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_leave_locks_to_the_parent)
 
 
 def epoch_checkpoint_name(epoch: int) -> str:
@@ -116,10 +137,12 @@ class RunFolder:
             handle.write(f"pid {os.getpid()}\n")
             handle.flush()
             self._lock = handle
+            _HELD_LOCKS.add(handle.fileno())
             self._remove_temporaries()
             yield self
         finally:
             self._lock = None
+            _HELD_LOCKS.discard(handle.fileno())
             handle.close()  # closing releases the lock
 
     def epoch_checkpoints(self) -> dict[int, Path]:
