@@ -233,6 +233,36 @@ def test_connections_past_the_limit_are_answered_busy_and_a_stalled_one_is_cut(m
         server.server_close()
 
 
+
+def test_headers_trickled_in_are_cut_at_the_timeout(models):
+    """A client that sends its request's head a byte at a time, each byte within the timeout (slowloris), held its
+    connection for as long as it went on; each of max_connections such clients closed the page to everyone."""
+    server = make_server(TryPage(models), "127.0.0.1", 0, max_connections=1, timeout=1.0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+            connection.sendall(b"GET / HTTP/1.1\r\n")
+            started, closed = time.perf_counter(), False
+            while not closed and time.perf_counter() - started < 10:
+                with contextlib.suppress(OSError):  # a send after the server's close may be reset
+                    connection.sendall(b"X-Slow: y\r\n")
+                time.sleep(0.3)
+                connection.setblocking(False)
+                try:
+                    closed = connection.recv(100) == b""
+                except BlockingIOError:  # nothing yet: still open
+                    pass
+                except ConnectionResetError:
+                    closed = True
+                connection.setblocking(True)
+            assert closed and time.perf_counter() - started < 3, time.perf_counter() - started
+        time.sleep(0.2)
+        assert fetch(f"http://127.0.0.1:{port}/")[0] == 200  # its place is free again
+    finally:
+        server.shutdown()
+        server.server_close()
+
 def test_an_upload_that_stops_halfway_is_cut_at_the_timeout(models):
     server = make_server(TryPage(models), "127.0.0.1", 0, timeout=1.0)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import html
+import io
 import socket
 import sys
 import tempfile
@@ -264,6 +265,27 @@ class TryPage:
         return self.page(results=summary + pictures, sentence=sentence)
 
 
+class _DeadlineReader(io.RawIOBase):
+    """Reads a handler's socket, each read waiting at most the handler's timeout, and no later than its
+    ``head_deadline`` while one is set (a request's line and headers). Past the deadline a read raises
+    TimeoutError, which ``http.server`` answers by closing the connection."""
+
+    def __init__(self, handler: BaseHTTPRequestHandler):
+        self.handler = handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        wait = self.handler.timeout
+        if self.handler.head_deadline is not None:
+            wait = min(wait, self.handler.head_deadline - time.monotonic())
+            if wait <= 0:
+                raise TimeoutError("the request's head did not arrive within the timeout")
+        self.handler.connection.settimeout(wait)
+        return self.handler.connection.recv_into(buffer)
+
+
 def make_server(
     page: TryPage,
     host: str = "127.0.0.1",
@@ -276,8 +298,8 @@ def make_server(
     ``serve_forever()`` runs it.
 
     What a request can cost is bounded: at most ``max_connections`` connections are served at once (one more is
-    answered 503 at once), a connection silent for ``timeout`` seconds or slower than that to send its body is
-    closed, a body goes to a spooled file (a megabyte in memory, the rest on disk) while it waits its turn, and only
+    answered 503 at once), a connection silent for ``timeout`` seconds, slower than that to send a request's line
+    and headers, or slower than that to send its body is closed, a body goes to a spooled file (a megabyte in memory, the rest on disk) while it waits its turn, and only
     then, one request at a time, is it parsed, decoded and run (:meth:`TryPage.answer_form`).
     """
     say = log or (lambda line: None)
@@ -288,6 +310,20 @@ def make_server(
         def setup(self) -> None:
             self.timeout = timeout  # StreamRequestHandler sets it on the socket: no read or write waits longer
             super().setup()
+            self.rfile.close()  # the socket's own reader, replaced by one that knows the head's deadline
+            self.head_deadline: float | None = None
+            self.rfile = io.BufferedReader(_DeadlineReader(self), CHUNK_BYTES)
+
+        def handle_one_request(self) -> None:
+            # A request's line and headers must all arrive within the timeout: a client that trickles them a byte
+            # at a time (slowloris) would otherwise hold its connection for as long as it keeps trickling.
+            self.head_deadline = time.monotonic() + timeout
+            super().handle_one_request()
+
+        def parse_request(self) -> bool:
+            parsed = super().parse_request()
+            self.head_deadline = None  # the head is read: a body has its own limits (_receive, _discard)
+            return parsed
 
         def handle(self) -> None:
             try:
