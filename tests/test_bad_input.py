@@ -10,6 +10,7 @@ import io
 import os
 import random
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -104,8 +105,12 @@ UNREADABLE = [
     ("translate", ["--input", "{latin1}"], "line 2: not UTF-8 text"),
     ("translate", ["--input", "{locked}"], "permission denied"),
     ("translate", ["--input", "{a_file}/x.txt"], "cannot read it"),
-    ("translate", ["<stdin>", "\xff\n"], "standard input is not utf-8 text"),
-    ("translate", ["<stdin>", "a b\n\xff\n"], "standard input is not utf-8 text"),
+    ("translate", ["<stdin>", "\xff\n"], "standard input, line 1: not UTF-8 text"),
+    ("translate", ["<stdin>", "a b\n\xff\n"], "standard input, line 2: not UTF-8 text"),
+    ("translate", ["<stdin-surrogateescape>", "a b\nje \xff\n"], "standard input, line 2: not UTF-8 text"),
+    ("translate", ["je \udcff suis"], "sentence 1 is not UTF-8 text"),  # a byte that is not UTF-8 in an argument
+    ("compare", ["--image", "{tmp}/image.png", "--source", "un \udcff", "--out", "{folder}/o"], "--source is not UTF-8 text"),
+    ("compare", ["--image", "{tmp}/image.png", "--source", "a b", "--target", "\udcff", "--out", "{folder}/o"], "--target is not UTF-8 text"),
     ("evaluate", ["--source", "{missing}", "--reference", "{good}"], "--source {missing}: file not found"),
     ("evaluate", ["--source", "{good}", "--reference", "{folder}"], "--reference {folder}: is a folder"),
     ("evaluate", ["--source", "{latin1}", "--reference", "{good}"], "--source {latin1}, line 2: not UTF-8 text"),
@@ -134,8 +139,9 @@ def expand(argv: list[str], files: dict) -> list[str]:
 
 @pytest.mark.parametrize("script, argv, message", UNREADABLE, ids=[f"{s}-{i}" for i, (s, _, _) in enumerate(UNREADABLE)])
 def test_unreadable_inputs_are_one_clear_error(script, argv, message, checkpoints, files, no_permission, capsys, monkeypatch):
-    if argv[0] == "<stdin>":  # as `printf '\xff\n' | PYTHONIOENCODING=utf-8:strict python tasks/translate.py ...`
-        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(argv[1].encode("latin-1")), encoding="utf-8", errors="strict"))
+    if argv[0].startswith("<stdin"):  # as `printf '\xff\n' | PYTHONIOENCODING=utf-8:strict python tasks/translate.py ...`
+        errors = "surrogateescape" if argv[0] == "<stdin-surrogateescape>" else "strict"  # surrogateescape: Python's own in a UTF-8 or C locale
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(argv[1].encode("latin-1")), encoding="utf-8", errors=errors))
         argv = []
     main, checkpoint = script_and_checkpoint(script, checkpoints)
     code, _, err = outcome(main, ["--checkpoint", checkpoint, *expand(argv, files)], capsys)
@@ -158,6 +164,10 @@ UNWRITABLE = [
     ("compare", ["--out", "{scenes_out}", "--scenes", "2"], "example must be a folder"),
     ("evaluate", ["--source", "{good}", "--reference", "{good}", "--output", "{folder}"], "--output {folder}: is a folder"),
     ("evaluate", ["--source", "{good}", "--reference", "{latin1}", "--output", "{latin1}"], "is the --reference file"),
+    ("caption", ["--attention-png", "{tmp}/image.png", "{tmp}/image.png"], "--attention-png: {tmp}/image.png is the image {tmp}/image.png"),
+    ("caption", ["--attention-png", "{tmp}/p.png", "{tmp}/image.png", "{tmp}/p-2.png"], "--attention-png: {tmp}/p-2.png is the image {tmp}/p-2.png"),
+    ("compare", ["--out", "{tmp}", "--image", "{tmp}/comparison.png", "--source", "a b"], "--out: {tmp}/comparison.png is the --image {tmp}/comparison.png"),
+    ("translate", ["--input", "{tmp}/attn-3.png", "--attention-png", "{tmp}/attn.png"], "would write {tmp}/attn-3.png, the --input file, over it"),
     ("evaluate-captioning", ["--split", "test", "--cache", "{a_file}"], "--cache {a_file}: is a file, not a folder"),
 ]  # fmt: skip
 
@@ -181,6 +191,23 @@ def test_a_numbered_figure_path_that_is_a_folder_stops_the_run_with_one_error(ch
     assert_one_error(code, err, "attn-2.png: is a folder")
     assert len(out.splitlines()) == 2 and (tmp_path / "attn-1.png").stat().st_size > 0
 
+
+
+def test_evaluate_never_writes_its_translations_over_the_checkpoint_or_the_split_it_reads(checkpoint, tmp_path, capsys):
+    data = load_checkpoint(checkpoint).config["data"]["path"]
+    kept = tmp_path / "kept.pt"
+    kept.write_bytes(open(checkpoint, "rb").read())
+    cases = [
+        (["--checkpoint", str(kept), "--split", "test", "--output", str(kept)], f"--output: {kept} is the checkpoint"),
+        (["--checkpoint", checkpoint, "--split", "test", "--output", f"{data}/test.tgt"], "is a file of the dataset (test.tgt)"),
+        (["--checkpoint", checkpoint, "--split", "test", "--data", data, "--output", f"{data}/dataset.json"], "is a file of the dataset (dataset.json)"),
+    ]
+    before = {path.name: path.read_bytes() for path in [kept, *sorted(Path(data).iterdir())]}
+    for argv, message in cases:
+        code, out, err = outcome(evaluate.main, argv, capsys)
+        assert_one_error(code, err, message)
+        assert out == ""
+    assert {path.name: path.read_bytes() for path in [kept, *sorted(Path(data).iterdir())]} == before
 
 # ------------------------------------------------------------------ 2b. options the checkpoint or the other options cannot honour, never ignored
 

@@ -77,3 +77,10 @@ def test_an_image_written_atomically_keeps_the_old_file_when_the_write_fails(tmp
     with pytest.raises(OSError):
         save_image_atomic(CutShort(), path)
     assert Image.open(path).getpixel((0, 0)) == (255, 0, 0) and not temporary_files(path)
+
+
+def test_json_is_utf8_whatever_bytes_a_file_name_held():
+    """Python carries a name's bytes that are not UTF-8 as lone surrogates; json.dumps wrote them out as they were,
+    and the file was not UTF-8 (attnkit evaluate --source $'s\\xff.fr' > scores.json)."""
+    text = json_text({"source": "s\udcff.fr", "k\udcfe": ["\ud800", "plain", "cœur"]})
+    assert strict(text.encode("utf-8").decode("utf-8")) == {"source": "s\\xff.fr", "k\\xfe": ["\\ud800", "plain", "cœur"]}

@@ -92,3 +92,19 @@ def test_importing_and_saving_figures_leaves_the_pyplot_backend_alone(tmp_path):
     backend, pyplot_figures, size = done.stdout.split()
     assert backend.lower() == "svg" and pyplot_figures == "0" and int(size) > 0  # nothing left open in pyplot either
     assert (tmp_path / "matrix.png").read_bytes().startswith(b"\x89PNG")  # still a PNG, drawn by Agg
+
+
+def test_a_dollar_in_the_words_is_drawn_as_typed_not_as_mathtext(tmp_path, monkeypatch):
+    """"$^$" raised matplotlib's mathtext ParseSyntaxException (a traceback from attnkit translate --attention-png,
+    a 500 from the page), and "$x$" was drawn as math."""
+    import matplotlib
+
+    figures = []
+    original = viz.save_figure
+    monkeypatch.setattr(viz, "save_figure", lambda figure, path: figures.append(figure) or original(figure, path))
+    words = ["$^$", "costs", "$5"]
+    viz.plot_attention_matrix(torch.softmax(torch.randn(3, 2), -1), ["je", "$x$"], words, tmp_path / "matrix.png", title="$5 or $10")
+    plot_image_attention(Image.new("RGB", (32, 32)), words, torch.softmax(torch.randn(3, 4), -1), (2, 2), tmp_path / "overlay.png", title="$^$")
+    texts = [text for figure in figures for text in figure.findobj(matplotlib.text.Text) if "$" in text.get_text()]
+    assert texts and not any(text.get_parse_math() for text in texts)
+    assert matplotlib.rcParams["text.parse_math"]  # the user's setting is left as it was

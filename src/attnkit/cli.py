@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
@@ -128,47 +129,55 @@ def input_lines(path: str | Path, option: str) -> Iterator[str]:
         handle = open(path, "rb")
     except OSError as error:
         raise unreadable(what, error) from None
-    return _decoded_lines(handle, what)
+    return _closing_lines(handle, what)
+
+
+def _closing_lines(handle, what: str) -> Iterator[str]:
+    with handle:
+        yield from _decoded_lines(handle, what)
 
 
 def _decoded_lines(handle, what: str) -> Iterator[str]:
-    with handle:
-        number = 0
-        while True:
-            try:
-                raw = handle.readline()
-            except OSError as error:
-                raise UserError(f"{what}: cannot read it ({error.strerror or error})") from None
-            if not raw:
-                return
-            number += 1
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise UserError(f"{what}, line {number}: not UTF-8 text ({error.reason} at byte {error.start + 1} of the line)") from None
-            if number == 1 and line.startswith("\ufeff"):  # a byte-order mark is no part of the first sentence
-                line = line[1:]
-            yield _strip_line_end(line)
-
-
-def stdin_lines() -> Iterator[str]:
-    """The lines of standard input, without line ends, read lazily (one clear error for undecodable bytes)."""
-    stream = sys.stdin
-    if stream is None:
-        raise UserError("no standard input to read sentences from; give them as arguments or with --input FILE")
-    lines = iter(stream)
+    """The lines of binary ``handle``, decoded as UTF-8 strictly (a line that is not is an error naming it)."""
     number = 0
     while True:
         try:
-            line = next(lines)
-        except StopIteration:
+            raw = handle.readline()
+        except OSError as error:
+            raise UserError(f"{what}: cannot read it ({error.strerror or error})") from None
+        if not raw:
             return
-        except UnicodeDecodeError as error:
-            encoding = getattr(stream, "encoding", None) or "UTF-8"
-            where = f" after line {number}" if number else ""
-            raise UserError(f"standard input is not {encoding} text{where} ({error.reason}); give UTF-8 text") from None
         number += 1
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise UserError(f"{what}, line {number}: not UTF-8 text ({error.reason} at byte {error.start + 1} of the line)") from None
+        if number == 1 and line.startswith("\ufeff"):  # a byte-order mark is no part of the first sentence
+            line = line[1:]
         yield _strip_line_end(line)
+
+
+def stdin_lines() -> Iterator[str]:
+    """The lines of standard input, without line ends, read lazily, as UTF-8 whatever the locale says: Python's
+    own decoding of standard input lets bytes that are not UTF-8 through as lone surrogates (errors=surrogateescape
+    in a UTF-8 or C locale), which broke the figures and the JSON later instead of failing here."""
+    stream = sys.stdin
+    if stream is None:
+        raise UserError("no standard input to read sentences from; give them as arguments or with --input FILE")
+    binary = getattr(stream, "buffer", None)
+    if binary is not None:
+        return _decoded_lines(binary, "standard input")
+    return (_strip_line_end(utf8_argument(line, "standard input")) for line in stream)  # a text stream of its own (a test's)
+
+
+def utf8_argument(text: str, what: str) -> str:
+    """``text`` from the command line (or another text stream), refused when it holds bytes that are not UTF-8:
+    Python passes them on as lone surrogates, which a figure or a JSON file cannot hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise UserError(f"{what} is not UTF-8 text (character {error.start + 1} of {len(text)}); give UTF-8 text") from None
+    return text
 
 
 def _strip_line_end(line: str) -> str:
@@ -266,7 +275,33 @@ def _check_output_folder(path: Path, what: str, files: Iterable[str], folders: I
             raise UserError(f"{what}: {path / name} must be a folder, and it is a file; move it away")
 
 
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """One file under two names (a relative and an absolute path, a link), or one path for a file not there yet."""
+    a, b = Path(a), Path(b)
+    try:
+        return a.samefile(b)
+    except OSError:  # one of them does not exist (yet)
+        return a.resolve() == b.resolve()
+
+
+def refuse_replacing_inputs(outputs: Iterable[str | Path], option: str, inputs: Iterable[tuple[str, str | Path]]) -> None:
+    """A clear error now when one of the ``outputs`` (paths that ``option`` makes) is one of the ``inputs``
+    ((what, path) pairs: an image to caption, the checkpoint, a split file): writing it would replace what is read."""
+    inputs = list(inputs)
+    for output in outputs:
+        for what, path in inputs:
+            if same_file(output, path):
+                raise UserError(f"{option}: {output} is {what}; writing it would replace it, so write it elsewhere")
+
+
 def numbered_path(path: str | Path, number: int, several: bool) -> Path:
     """``OUT.png`` for a single input, ``OUT-<number>.png`` when there are several."""
     path = Path(path)
     return path.with_name(f"{path.stem}-{number}{path.suffix or '.png'}") if several else path
+
+
+def is_numbered_like(path: str | Path, out: str | Path) -> bool:
+    """Is ``path`` one of the files :func:`numbered_path` can make of ``out`` (``OUT.png`` or ``OUT-<n>.png``)?"""
+    path, out = Path(path), Path(out)
+    numbered = re.fullmatch(rf"{re.escape(out.stem)}(-[1-9][0-9]*)?{re.escape(out.suffix or '.png')}", path.name)
+    return bool(numbered) and same_file(path.parent, out.parent) or same_file(path, out)

@@ -93,19 +93,38 @@ def save_image_atomic(image, path: str | Path) -> Path:
 def json_text(obj, indent: int | None = None) -> str:
     """``obj`` as strict JSON text: NaN and infinities become null (Python's ``json`` would write bare ``NaN``,
     which no other reader accepts), and ``allow_nan=False`` makes any non-finite number left an error here
-    rather than a file that programs cannot read. Text stays as it is (UTF-8, not ``\\u`` escapes)."""
+    rather than a file that programs cannot read. Text stays as it is (UTF-8, not ``\\u`` escapes), but for
+    bytes that are not UTF-8 (a file name's, which Python carries as lone surrogates): they are written as
+    ``\\xff``, so the output is UTF-8 whatever the names."""
     return json.dumps(_finite(obj), indent=indent, ensure_ascii=False, allow_nan=False)
 
 
 def _finite(obj):
-    """``obj`` with every non-finite float replaced by None (mappings, lists and tuples walked through)."""
+    """``obj`` with every non-finite float replaced by None and all text made UTF-8 (:func:`utf8_text`), mappings,
+    lists and tuples walked through."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
+    if isinstance(obj, str):
+        return utf8_text(obj)
     if isinstance(obj, dict):
-        return {key: _finite(value) for key, value in obj.items()}
+        return {_finite(key): _finite(value) for key, value in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_finite(value) for value in obj]
     return obj
+
+
+def utf8_text(text: str) -> str:
+    """``text``, with any byte that was not UTF-8 (a lone surrogate, as Python decodes file names and arguments) as
+    ``\\xNN``: text that encodes as UTF-8."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        try:
+            raw = text.encode("utf-8", "surrogateescape")  # the bytes the name was made of
+        except UnicodeEncodeError:  # a surrogate no byte decodes to
+            raw = text.encode("utf-8", "backslashreplace")
+        return raw.decode("utf-8", "backslashreplace")
 
 
 def write_json_atomic(path: str | Path, obj, indent: int | None = 2) -> Path:

@@ -19,6 +19,11 @@ from torch import Tensor
 from attnkit.files import atomic_path
 
 
+# Words, sentences and titles are the data's: a "$" in one ("$5", "$^$") must be drawn as typed, not parsed as
+# matplotlib's mathtext (which drew "$x$" as math and raised on "$^$"). Each function that draws text runs in it.
+_plain_text = matplotlib.rc_context({"text.parse_math": False})
+
+
 def _new_figure(**options) -> Figure:
     """A figure (``options`` as for ``Figure``) drawn on its own Agg canvas, outside pyplot."""
     figure = Figure(**options)
@@ -26,6 +31,7 @@ def _new_figure(**options) -> Figure:
     return figure
 
 
+@_plain_text
 def plot_attention_matrix(attention: Tensor, source_words: Sequence[str], target_words: Sequence[str], path: str | Path, title: str = "") -> Path:
     """Heatmap of attention (T, S): one row per output word, one column per source word."""
     weights = attention.float().cpu().numpy()
@@ -71,6 +77,7 @@ def display_image(image, longest: int = DISPLAY_PIXELS):
     return image.resize((max(1, round(width * scale)), max(1, round(height * scale))), Image.Resampling.BICUBIC, reducing_gap=2.0)
 
 
+@_plain_text
 def plot_image_attention(image, words: Sequence[str], attention: Tensor, grid: tuple[int, int], path: str | Path, title: str = "", columns: int = 5) -> Path:
     """The image, then one panel per generated word with its attention map upsampled and overlaid.
 
@@ -127,6 +134,7 @@ def overlays(image, attention: Tensor, grid: tuple[int, int], alpha: float = 0.5
     return blended
 
 
+@_plain_text
 def plot_cross_modal(
     image, comparison, path: str | Path, title: str = "", columns: int = 6, source_lengths: Sequence[int] | None = None, own: int | None = None
 ) -> Path:
@@ -198,6 +206,7 @@ def distinct_views(views: Sequence[tuple[str, Tensor]]) -> list[tuple[str, Tenso
     return kept
 
 
+@_plain_text
 def plot_importance(image, comparison, path: str | Path, title: str = "", columns: int = 6) -> Path:
     """Each target word's attention beside its importance maps (:mod:`attnkit.importance`), in both modalities.
 
@@ -251,6 +260,7 @@ def plot_importance(image, comparison, path: str | Path, title: str = "", column
     return save_figure(figure, path)
 
 
+@_plain_text
 def plot_distributions(
     series: dict[str, dict[str, Sequence[float]]], path: str | Path, title: str = "", value_range: tuple[float, float] | None = (0.0, 1.0)
 ) -> Path:
@@ -272,6 +282,7 @@ def plot_distributions(
     return save_figure(figure, path)
 
 
+@_plain_text
 def plot_head_tables(
     tables: dict[str, tuple[Sequence[Sequence[float]], str]],
     path: str | Path,

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from attnkit.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
-from attnkit.cli import check_output_file
+from attnkit.cli import check_output_file, same_file
 from attnkit.errors import UserError
 from attnkit.run_folder import RunFolder
 
@@ -32,22 +32,14 @@ def get_args_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    """One file under two names (a relative and an absolute path, a link), or one path for a file not there yet."""
-    try:
-        return a.samefile(b)
-    except OSError:  # one of them does not exist (yet)
-        return a.resolve() == b.resolve()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
     check_output_file(args.out, "--out")
     inputs = [Path(path) for path in args.checkpoints]
     for i, path in enumerate(inputs):
-        if any(_same_file(path, other) for other in inputs[:i]):
+        if any(same_file(path, other) for other in inputs[:i]):
             raise UserError(f"{path} is given twice: each checkpoint counts once in the mean")
-        if _same_file(Path(args.out), path):
+        if same_file(Path(args.out), path):
             # Refused before any work: the inputs are read one by one, and one would be read after it was replaced.
             raise UserError(f"--out {args.out} is one of the checkpoints to average; write the mean to a new file")
     out = Path(args.out)

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from attnkit.captioning import Caption, Captioner, draw_caption_attention
-from attnkit.cli import add_search_arguments, batches, beam_for, check_output_file, check_output_folder, numbered_path
+from attnkit.cli import add_search_arguments, batches, beam_for, check_output_file, check_output_folder, numbered_path, refuse_replacing_inputs
 from attnkit.data.images import ImageError, open_rgb
 from attnkit.errors import UserError
 
@@ -42,8 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     several = len(args.images) > 1
     if args.attention_png:  # before any work: a bad output path is not learnt after captioning
         check_output_file(args.attention_png, "--attention-png", figure=True)
-        for number in range(1, len(args.images) + 1) if several else ():
-            check_output_file(numbered_path(args.attention_png, number, several), "--attention-png", figure=True)
+        outputs = [numbered_path(args.attention_png, number, several) for number in range(1, len(args.images) + 1)]
+        for output in outputs if several else ():
+            check_output_file(output, "--attention-png", figure=True)
+        refuse_replacing_inputs(outputs, "--attention-png", [(f"the image {image}", image) for image in args.images])
     if args.cache:
         check_output_folder(args.cache, "--cache", writable=False)  # a full cache may be read-only
     captioner = Captioner.from_checkpoints(args.checkpoint, device=args.device, cache_dir=args.cache)

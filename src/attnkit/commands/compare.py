@@ -46,7 +46,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnkit.cli import check_output_folder, int_in_range, non_negative_int, positive_int, warn_overlong_sources
+from attnkit.cli import check_output_folder, int_in_range, non_negative_int, positive_int, refuse_replacing_inputs, utf8_argument, warn_overlong_sources
 from attnkit.analysis import EXTRACTIONS
 from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer
 from attnkit.data.images import MOSAIC_PHOTOS, open_rgb
@@ -94,6 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     # Everything the user can get wrong is checked before the models load and the work starts.
     settings = settings_from_arguments(args)
+    for number, sentence in enumerate(args.source, 1):
+        utf8_argument(sentence, f"--source {number}" if len(args.source) > 1 else "--source")
+    if args.target:
+        utf8_argument(args.target, "--target")
     if args.checkpoint and (args.caption_checkpoint or args.translation_checkpoint):
         raise UserError("give a joint checkpoint, or a captioning and a translation checkpoint, not both")
     if not args.checkpoint and not (args.caption_checkpoint and args.translation_checkpoint):
@@ -103,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UserError("--scenes evaluates generated scenes: leave out --image, --source, --target and --own")
         check_output_folder(out, "--out", files=SCENE_FILES, folders=["example"])
         check_output_folder(out / "example", "--out", files=COMPARISON_FILES)
+        writes = [*(out / name for name in SCENE_FILES), *(out / "example" / name for name in COMPARISON_FILES)]
     else:
         if not args.image or not args.source:
             raise UserError("give --image and --source (or --scenes N)")
@@ -113,7 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.own is not None and len(args.image) == 1:  # --own 0 too: it is not silently dropped
             raise UserError(f"--own picks the described input of a mosaic: give {MOSAIC_PHOTOS} --image and --source, or leave --own out")
         check_output_folder(out, "--out", files=COMPARISON_FILES)
-        images = [open_rgb(image) for image in args.image]  # an unreadable photo is named before the models load
+        writes = [out / name for name in COMPARISON_FILES]
+    checkpoints = [path for path in (args.checkpoint, args.caption_checkpoint, args.translation_checkpoint) if path]
+    refuse_replacing_inputs(writes, "--out", [*((f"the --image {image}", image) for image in args.image), *((f"the checkpoint {path}", path) for path in checkpoints)])
+    images = [open_rgb(image) for image in args.image]  # an unreadable photo is named before the models load
     comparer = AttentionComparer.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device)
     windows_asked = not args.no_importance and WINDOWS in settings.estimators
     grid_size = comparer.captioner.model.encoder_for("image").config.grid_size if windows_asked else 0  # 0: the backbone's own

@@ -26,7 +26,7 @@ from pathlib import Path
 from attnkit.captioning import TASK as CAPTIONING, Captioner
 from attnkit.checkpoint import load_checkpoint
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split, read_flickr8k_captions
-from attnkit.cli import check_input_file, check_output_file, check_output_folder, input_lines, non_negative_int, positive_int, warn_overlong_sources
+from attnkit.cli import check_input_file, check_output_file, check_output_folder, input_lines, non_negative_int, positive_int, refuse_replacing_inputs, warn_overlong_sources
 from attnkit.data.text import read_parallel
 from attnkit.errors import UserError
 from attnkit.files import json_text
@@ -114,9 +114,8 @@ def check_paths(args: argparse.Namespace) -> None:
         raise UserError(f"--images {args.images}: {'is a file, not a folder' if Path(args.images).exists() else 'folder not found'}")
     if args.output:
         check_output_file(args.output, "--output")
-        for option, path in (("--source", args.source), ("--reference", args.reference)):
-            if path and Path(path).exists() and Path(path).resolve() == Path(args.output).resolve():
-                raise UserError(f"--output {args.output} is the {option} file: the translations would replace it")
+        read = [("the checkpoint", args.checkpoint), ("the --source file", args.source), ("the --reference file", args.reference)]
+        refuse_replacing_inputs([args.output], "--output", [(what, path) for what, path in read if path])
     if args.cache:
         check_output_folder(args.cache, "--cache", writable=False)  # a full cache may be read-only
 
@@ -132,7 +131,11 @@ def evaluate_translation(args: argparse.Namespace, checkpoint) -> dict:
     config = checkpoint.config
     if args.split:
         data = args.data or config["data"].get("text_path") or config["data"]["path"]  # a joint model's text is in text_path
-        pairs = read_parallel(data, args.split, config["data"]["source_lang"], config["data"]["target_lang"])
+        languages = (config["data"]["source_lang"], config["data"]["target_lang"])
+        if args.output:  # the split's own files, which the translations must not replace
+            split_files = [Path(data) / "dataset.json", *(Path(data) / f"{args.split}.{language}" for language in languages)]
+            refuse_replacing_inputs([args.output], "--output", [(f"a file of the dataset ({path.name})", path) for path in split_files])
+        pairs = read_parallel(data, args.split, *languages)
         what = {"data": data, "split": args.split}
     else:
         sources, references = list(input_lines(args.source, "--source")), list(input_lines(args.reference, "--reference"))

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from itertools import chain, islice
 
-from attnkit.cli import add_search_arguments, beam_for, check_output_file, input_lines, numbered_path, stdin_lines, warn_cut_sources
+from attnkit.cli import add_search_arguments, beam_for, check_output_file, input_lines, is_numbered_like, numbered_path, stdin_lines, utf8_argument, warn_cut_sources
 from attnkit.errors import UserError
 from attnkit.translation import Translation, Translator, draw_translation_attention
 
@@ -42,8 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError("give sentences or --input FILE, not both")
     if args.attention_png:
         check_output_file(args.attention_png, "--attention-png", figure=True)
+        if args.input and is_numbered_like(args.input, args.attention_png):  # OUT.png or OUT-<n>.png, known only as they come
+            raise UserError(f"--attention-png {args.attention_png} would write {args.input}, the --input file, over it: write the figures elsewhere")
     if args.sentences:
-        sentences: Iterator[str] = iter(args.sentences)
+        sentences: Iterator[str] = iter([utf8_argument(sentence, f"sentence {number}") for number, sentence in enumerate(args.sentences, 1)])
     elif args.input:
         sentences = input_lines(args.input, "--input")  # opened now: a bad path fails before the model loads
     else:
