@@ -304,4 +304,4 @@ def is_numbered_like(path: str | Path, out: str | Path) -> bool:
     """Is ``path`` one of the files :func:`numbered_path` can make of ``out`` (``OUT.png`` or ``OUT-<n>.png``)?"""
     path, out = Path(path), Path(out)
     numbered = re.fullmatch(rf"{re.escape(out.stem)}(-[1-9][0-9]*)?{re.escape(out.suffix or '.png')}", path.name)
-    return bool(numbered) and same_file(path.parent, out.parent) or same_file(path, out)
+    return (bool(numbered) and same_file(path.parent, out.parent)) or same_file(path, out)

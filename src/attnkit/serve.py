@@ -323,6 +323,7 @@ def make_server(
         def parse_request(self) -> bool:
             parsed = super().parse_request()
             self.head_deadline = None  # the head is read: a body has its own limits (_receive, _discard)
+            self.connection.settimeout(timeout)  # the answer's writes get the whole timeout, not what the head left
             return parsed
 
         def handle(self) -> None:
