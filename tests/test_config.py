@@ -315,6 +315,45 @@ def test_missing_or_broken_config_file(tmp_path):
         load_config(tmp_path / "section.yaml")
 
 
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "holds no settings"),
+        ("# only a comment\n", "holds no settings"),
+        ("[]\n", "must hold a mapping of sections, not list"),
+        ("0\n", "must hold a mapping of sections, not int"),
+        ("false\n", "must hold a mapping of sections, not bool"),
+        ("train: {lr: 0.005, epochs: 2}\ndecoder: {hidden_size: 32}\ntrain: {batch_size: 16}\n", "the key 'train' is given twice at line 3"),
+        ("train:\n  epochs: 2\n  epochs: 3\n", "the key 'epochs' is given twice at line 3"),
+    ],
+)
+def test_a_config_file_that_would_train_other_settings_than_it_shows_is_refused(tmp_path, text, message):
+    """A falsy file (empty, [], 0) trained the defaults for 20 epochs; a key given twice was merged, the last one
+    winning, so a second train: section dropped the first one whole."""
+    (tmp_path / "recipe.yaml").write_text(text)
+    with pytest.raises(UserError, match=message):
+        load_config(tmp_path / "recipe.yaml")
+
+
+def test_plain_values_are_read_as_yaml_1_2_reads_them(tmp_path):
+    """YAML 1.1 read 010 as octal 8, 1:04 as 64 and no/yes/on/off as booleans (Norwegian's code, no, was False)."""
+    config = load_config(None, ["train.epochs=010", "train.seed=0123", "train.batch_size=1_000", "train.lr=1e-3", "train.keep_epochs=0x10", "data.source_lang=no", "data.target_lang=on", "name=1:04"])
+    assert (config.train.epochs, config.train.seed, config.train.batch_size, config.train.lr, config.train.keep_epochs) == (10, 123, 1000, 0.001, 16)
+    assert (config.data.source_lang, config.data.target_lang, config.name) == ("no", "on", "1:04")
+    (tmp_path / "recipe.yaml").write_text("name: 2026-12-01\ntrain: {compile: true, tensorboard: False, max_minutes: .5}\n")
+    config = load_config(tmp_path / "recipe.yaml")
+    assert (config.name, config.train.compile, config.train.tensorboard, config.train.max_minutes) == ("2026-12-01", True, False, 0.5)
+    with pytest.raises(UserError, match="train.compile must be bool, got 'yes'"):
+        load_config(None, ["train.compile=yes"])
+    (tmp_path / "merged.yaml").write_text("train:\n  <<: {epochs: 3, lr: 0.5}\n  lr: 0.25\n")  # a merge's keys may be overridden
+    assert (load_config(tmp_path / "merged.yaml").train.epochs, load_config(tmp_path / "merged.yaml").train.lr) == (3, 0.25)
+
+
+def test_a_number_no_tensor_could_hold_is_refused_by_its_key():
+    with pytest.raises(UserError, match="config key decoder.hidden_size is too large: 99999999999999999999"):
+        load_config(None, ["decoder.hidden_size=99999999999999999999"])
+
 def test_unreadable_config_files_are_user_errors(tmp_path, monkeypatch):
     (tmp_path / "latin1.yaml").write_bytes("task: translation\nname: caf\xe9\n".encode("latin-1"))
     with pytest.raises(UserError, match=r"not UTF-8 text \(line 2 is not\)"):

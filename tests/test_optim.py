@@ -150,3 +150,14 @@ def test_a_resumed_optimizer_keeps_its_moments_and_takes_this_run_s_weight_decay
     (moments,) = resumed.state.values()
     torch.testing.assert_close(moments["exp_avg"], first.state[weight]["exp_avg"])
     assert float(moments["step"]) == 1.0
+
+
+def test_the_rate_a_run_logs_is_a_moving_groups_not_a_frozen_encoders():
+    """log.jsonl's lr read the first group, which text_encoder.frozen_steps holds at 0 while the rest trains."""
+    groups = [{"params": [torch.nn.Parameter(torch.zeros(1))], "frozen_steps": 100}, {"params": [torch.nn.Parameter(torch.zeros(1))]}]
+    schedule = LearningRateSchedule(torch.optim.Adam(groups, lr=0.002), TrainConfig(lr=0.002))
+    schedule.before_step(0)
+    assert [group["lr"] for group in schedule.optimizer.param_groups] == [0.0, 0.002]
+    assert schedule.moving_rate(1) == schedule.moving_rate(100) == 0.002  # the last of the 100 steps still held the encoder
+    schedule.before_step(100)
+    assert schedule.moving_rate(101) == schedule.optimizer.param_groups[0]["lr"] == 0.002  # thawed

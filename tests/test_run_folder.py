@@ -160,6 +160,30 @@ def test_a_run_resumed_into_a_new_folder_brings_its_best_epoch(toy_data, tmp_pat
     assert not (tmp_path / "c" / "best.pt").exists() and (tmp_path / "c" / "last.pt").exists()
     assert any("no best.pt of this run's best epoch (1)" in line for line in lines)
 
+
+def test_resuming_weights_without_training_state_is_refused_before_any_work(toy_data, tmp_path):
+    """An epoch-<k>.pt (or attnkit average's mean) was said to be "another run" in its own folder, and elsewhere
+    refused only after the data was read and the model built."""
+    train_translation(quick(toy_data, tmp_path, "train.keep_epochs=1"), **QUIET)
+    exported = load_checkpoint(tmp_path / "epoch-1.pt")
+    assert not exported.training
+    for folder in (tmp_path, tmp_path / "elsewhere"):
+        lines = []
+        with pytest.raises(UserError, match="epoch-1.pt holds no training state .*resume from the run's last.pt"):
+            train_translation(resumed_config(exported, f"output_dir={folder}", "train.epochs=2"), resume=exported, progress_bar=False, log=lines.append)
+        assert not any("training pairs" in line for line in lines)
+    assert not (tmp_path / "elsewhere").exists() and logged_epochs(tmp_path) == [1]
+
+
+def test_a_resume_that_empties_the_languages_cannot_turn_the_direction_round(toy_data, tmp_path):
+    """An emptied data.source_lang counts as "filled in by training", and dataset.json then filled it in the other way
+    round: the run went on with the checkpoint's vocabularies on the wrong sides."""
+    train_translation(quick(toy_data, tmp_path, "data.source_lang=tgt", "data.target_lang=src"), **QUIET)
+    last = load_checkpoint(tmp_path / "last.pt")
+    with pytest.raises(UserError, match="changes the checkpoint's model .*data.source_lang"):
+        train_translation(resumed_config(last, "train.epochs=2", "data.source_lang=", "data.target_lang="), resume=last, **QUIET)
+    assert logged_epochs(tmp_path) == [1] and load_checkpoint(tmp_path / "last.pt").config["data"]["source_lang"] == "tgt"
+
 def test_rewinding_with_overwrite_rewrites_the_log_to_the_resumed_epoch(toy_data, tmp_path):
     train_translation(toy_config(toy_data, tmp_path, "train.epochs=2", "train.valid_max_examples=8", "train.patience=0"), **QUIET)
     first = load_checkpoint(tmp_path / "last.pt")

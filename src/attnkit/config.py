@@ -429,6 +429,8 @@ def check_values(config: Any) -> None:
         rule: Rule | None = item.metadata.get(RULE)
         if rule is not None and not rule.test(value):
             raise UserError(rule.message(key, value))
+        if kind is int and abs(value) >= 2**53:  # no count or size is that large: torch cannot even make a tensor of it
+            raise UserError(f"config key {key} is too large: {value}")
 
 
 # -- what a model is ------------------------------------------------------------------------------------
@@ -549,6 +551,54 @@ def _coerce(kind: type, value: Any, key: str) -> Any:
     raise UserError(f"config key {key} must be {kind.__name__}, got {value!r}")
 
 
+class _ConfigLoader(yaml.SafeLoader):
+    """YAML as configs need it: PyYAML's safe loader with YAML 1.2's plain scalars instead of 1.1's, and no key
+    given twice in one mapping.
+
+    YAML 1.1 reads ``010`` as octal 8, ``1:04`` as 64 (base 60), ``no``/``yes``/``on``/``off`` as booleans (so
+    ``data.source_lang: no``, Norwegian, was False) and dates as dates; here those are decimal integers and text,
+    as YAML 1.2's core schema and most other readers have them (``true``/``false``, ``null``/``~``, ``0x``/``0o``,
+    ``1e-3`` stay as they are). A key given twice was merged silently, the last one winning: a second ``train:``
+    section dropped the whole first one."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *defaults": its keys may be overridden
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node) -> int:
+        text = self.construct_scalar(node).replace("_", "")
+        sign, digits = (-1, text[1:]) if text.startswith("-") else (1, text.lstrip("+"))
+        base = {"0x": 16, "0o": 8}.get(digits[:2].lower(), 10)
+        return sign * int(digits[2:] if base != 10 else digits, base)
+
+
+_YAML_1_1_TYPES = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp")
+_ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag not in _YAML_1_1_TYPES] for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:[0-9][0-9_]*|0x[0-9a-fA-F_]+|0o[0-7_]+)$"), list("-+0123456789"))
+_ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9_]+|[0-9][0-9_]*(?=[eE]))(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."),
+)
+_ConfigLoader.add_constructor("tag:yaml.org,2002:int", _ConfigLoader.construct_yaml_int)
+
+
+def read_yaml(text: str) -> Any:
+    """``text`` read as a config's YAML (:class:`_ConfigLoader`); a :class:`yaml.YAMLError` when it is not."""
+    return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506  (a SafeLoader: no object is built from a tag)
+
+
 def _one_line(error: yaml.YAMLError) -> str:
     """A YAML error in one line: its problem and where (PyYAML's own text spans several lines)."""
     problem, mark = getattr(error, "problem", None), getattr(error, "problem_mark", None)
@@ -566,7 +616,7 @@ def apply_overrides(values: dict[str, Any], overrides: Iterable[str]) -> dict[st
         if not equals or not all(parts):
             raise UserError(f"override '{override}' must look like section.key=value")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = read_yaml(raw) if raw.strip() else ""
         except yaml.YAMLError as error:
             raise UserError(f"override '{override}': the value is not valid YAML ({_one_line(error)}); quote it if it is text") from None
         node = values
@@ -597,11 +647,13 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
             line = raw[: error.start].count(b"\n") + 1
             raise UserError(f"config file {path} is not UTF-8 text (line {line} is not); save it as UTF-8") from None
         try:
-            values = yaml.safe_load(text) or {}
+            values = read_yaml(text)
         except yaml.YAMLError as error:
             raise UserError(f"config file {path} is not valid YAML: {_one_line(error)}") from None
+        if values is None:  # an empty file, or only comments: not the defaults by accident
+            raise UserError(f"config file {path} holds no settings (it is empty or only comments); give a recipe such as tasks/configs/demo.yaml")
         if not isinstance(values, dict):
-            raise UserError(f"config file {path} must hold a mapping of sections")
+            raise UserError(f"config file {path} must hold a mapping of sections, not {type(values).__name__} {values!r:.40}")
     apply_overrides(values, overrides)
     return from_dict(ExperimentConfig, values)
 

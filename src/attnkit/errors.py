@@ -3,8 +3,8 @@
 Entry points in ``tasks/`` turn a :class:`UserError` into one line on stderr and
 a non-zero exit code; anything else is a bug and keeps its traceback. Two
 conditions of the machine, not of the code, are reported the same way: a full
-disk (or a write refused: permissions, read-only file system), and a closed
-stdout (``... | head``), which ends the run quietly.
+disk (or a write refused: permissions, read-only file system), an allocation that
+fails (memory), and a closed stdout (``... | head``), which ends the run quietly.
 """
 
 from __future__ import annotations
@@ -56,9 +56,19 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
             raise
         print(f"error: {describe_os_error(error)}", file=sys.stderr)
         return 2
+    except (MemoryError, RuntimeError) as error:
+        if not out_of_memory(error):
+            raise
+        print(f"error: not enough memory ({first_line(error)[:200]}); make the model's sizes, the batch or the beam smaller", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Did an allocation fail: Python's MemoryError, torch's OutOfMemoryError (CUDA), or its CPU allocator's error?"""
+    return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(error)
 
 
 def describe_os_error(error: OSError) -> str:

@@ -54,6 +54,11 @@ class LearningRateSchedule:
             elif group["lr"] == 0.0:  # thawing (or resumed with fewer frozen steps than the rate was set for)
                 group["lr"] = peak * share
 
+    def moving_rate(self, steps: int) -> float:
+        """After ``steps`` optimizer steps, the rate of the first group the last step moved (what a run's log
+        reports: a frozen pre-trained encoder's 0 is not the rate training runs at); 0 when it moved none."""
+        return next((group["lr"] for group, frozen in zip(self.optimizer.param_groups, self.frozen) if steps - 1 >= frozen), 0.0)
+
     def after_validation(self, score: float, step: int) -> None:
         """A validation ``score`` (higher is better) after ``step`` optimizer steps."""
         if step >= self.warmup_steps:

@@ -259,7 +259,7 @@ class Trainer:
             started = time.perf_counter()
             train_stats = self.train_epoch(epoch)
             record: dict[str, Any] = {"epoch": epoch, "step": self.progress.step, **train_stats}
-            record["lr"] = self.optimizer.param_groups[0]["lr"]
+            record["lr"] = self.schedule.moving_rate(self.progress.step)
             self.end_of_epoch(record, started)
             if self.config.compile and epoch == first_epoch:  # every part has been called by now, validation's too
                 breaks = self.compile_breaks()
@@ -498,6 +498,11 @@ def train_recipe(
     log = log if distributed.is_main else _silent
     try:
         if resume is not None:  # before any work: a changed architecture may fit the saved weights by chance
+            if not resume.training:
+                raise UserError(
+                    f"{resume.read_from or 'this checkpoint'} holds no training state (weights exported for inference: an epoch-<k>.pt, "
+                    "attnkit average's mean); resume from the run's last.pt"
+                )
             resume.refuse_another_model(config)
         if config.train.tensorboard and distributed.is_main:
             check_tensorboard(config.run_dir)  # a missing package, or a file where the events go, is said before any work
@@ -508,6 +513,8 @@ def train_recipe(
         distributed.on_main(lambda: check_run_folder(folder, resume, overwrite))
         torch.manual_seed(config.train.seed)  # the same initial weights on every rank
         setup = prepare(config, resume, RunContext(distributed, device, log))
+        if resume is not None:  # again as resolved: an emptied data.source_lang was filled in from dataset.json, perhaps the other way round
+            resume.refuse_another_model(setup.config)
         for note in setup.notes:
             log(note)
         if len(setup.dataset) < distributed.world_size:
