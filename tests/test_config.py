@@ -326,6 +326,7 @@ def test_missing_or_broken_config_file(tmp_path):
         ("false\n", "must hold a mapping of sections, not bool"),
         ("train: {lr: 0.005, epochs: 2}\ndecoder: {hidden_size: 32}\ntrain: {batch_size: 16}\n", "the key 'train' is given twice at line 3"),
         ("train:\n  epochs: 2\n  epochs: 3\n", "the key 'epochs' is given twice at line 3"),
+        ("name: x\n? [1, 2]\n: 3\n", "found unhashable key at line 2"),
     ],
 )
 def test_a_config_file_that_would_train_other_settings_than_it_shows_is_refused(tmp_path, text, message):
@@ -349,6 +350,21 @@ def test_plain_values_are_read_as_yaml_1_2_reads_them(tmp_path):
     (tmp_path / "merged.yaml").write_text("train:\n  <<: {epochs: 3, lr: 0.5}\n  lr: 0.25\n")  # a merge's keys may be overridden
     assert (load_config(tmp_path / "merged.yaml").train.epochs, load_config(tmp_path / "merged.yaml").train.lr) == (3, 0.25)
 
+
+
+@pytest.mark.parametrize("name", ["1e5", "-.5", "+.5", ".1e3", "0o17", "0x1F", "010", "no", "on", "1:04", "2026-12-01", "true", "~", "1_000"])
+def test_a_saved_config_reads_back_whatever_its_text_looks_like(tmp_path, name):
+    """config.yaml is written by a dumper that quotes what either YAML 1.1 or this reader takes for a number or a
+    boolean: PyYAML's own wrote name: 1e5 unquoted, which read back as 100000.0, and the run folder's config broke."""
+    config = load_config(CONFIGS[0], [f"name='{name}'"])
+    save_config(config, tmp_path / "config.yaml")
+    assert load_config(tmp_path / "config.yaml") == config and config.name == name
+
+
+@pytest.mark.parametrize("override", ["train.lr=0o_", "train.lr=._", "train.lr=-._", "train.lr=0x_", "train.lr={[1]: 2}", "train.epochs=" + "9" * 5000, "train.lr=1" + "0" * 400])
+def test_malformed_or_endless_numbers_are_one_message(override):
+    with pytest.raises(UserError):
+        load_config(None, [override])
 
 def test_a_number_no_tensor_could_hold_is_refused_by_its_key():
     with pytest.raises(UserError, match="config key decoder.hidden_size is too large: 99999999999999999999"):

@@ -104,3 +104,46 @@ def test_piped_into_head_exits_141_with_nothing_on_stderr():
     stderr = process.stderr.read()
     assert process.wait(timeout=60) == BROKEN_PIPE_EXIT
     assert stderr == b""
+
+
+def test_an_allocation_that_fails_is_one_message_and_other_runtime_errors_stay_bugs(capsys):
+    import torch
+
+    def allocates(argv):
+        torch.empty(10**15, dtype=torch.uint8)  # a petabyte: the CPU allocator refuses it at once
+
+    assert run_cli(allocates, []) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: not enough memory (") and "make the model's sizes, the batch or the beam smaller" in err and err.count("\n") == 1
+
+    def out_of_gpu_memory(argv):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    assert run_cli(out_of_gpu_memory, []) == 2 and "CUDA out of memory" in capsys.readouterr().err
+
+    def a_bug(argv):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        run_cli(a_bug, [])
+
+
+def test_a_resume_that_runs_out_of_memory_is_not_called_a_damaged_checkpoint(small_toy_data, tmp_path, monkeypatch):
+    import torch
+
+    from attnkit import train as train_module
+    from attnkit.checkpoint import load_checkpoint
+    from attnkit.config import ExperimentConfig, apply_overrides, from_dict
+    from attnkit.translation import train_translation
+    from test_train import toy_config
+
+    quiet = dict(progress_bar=False, log=lambda _: None)
+    train_translation(toy_config(small_toy_data, tmp_path, "train.epochs=1"), **quiet)
+    last = load_checkpoint(tmp_path / "last.pt")
+
+    def full_gpu(optimizer, state):  # Adam's saved state moving onto a GPU that has no room for it
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(train_module, "load_optimizer_state", full_gpu)
+    with pytest.raises(torch.OutOfMemoryError):
+        train_translation(from_dict(ExperimentConfig, apply_overrides(last.config, ["train.epochs=2"])), resume=last, **quiet)

@@ -12,6 +12,7 @@ bad value fails at once with its dotted key instead of deep in training.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import importlib
 import math
@@ -430,7 +431,7 @@ def check_values(config: Any) -> None:
         if rule is not None and not rule.test(value):
             raise UserError(rule.message(key, value))
         if kind is int and abs(value) >= 2**53:  # no count or size is that large: torch cannot even make a tensor of it
-            raise UserError(f"config key {key} is too large: {value}")
+            raise UserError(f"config key {key} is too large: {_short_number(value)}")
 
 
 # -- what a model is ------------------------------------------------------------------------------------
@@ -537,7 +538,10 @@ def _coerce(kind: type, value: Any, key: str) -> Any:
             return value
     elif kind is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an integer past float's range
+                raise UserError(f"config key {key} is too large: {_short_number(value)}") from None
         if isinstance(value, str):  # YAML 1.1 reads "1e-4" (no decimal point) as a string
             try:
                 return float(value)
@@ -568,6 +572,8 @@ class _ConfigLoader(yaml.SafeLoader):
                 if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *defaults": its keys may be overridden
                     continue
                 key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, collections.abc.Hashable):  # a list as a key: PyYAML's own check says so below
+                    continue
                 if key in seen:
                     raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice", key_node.start_mark)
                 seen.add(key)
@@ -585,18 +591,39 @@ _ConfigLoader.yaml_implicit_resolvers = {
     first: [(tag, pattern) for tag, pattern in resolvers if tag not in _YAML_1_1_TYPES] for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:[0-9][0-9_]*|0x[0-9a-fA-F_]+|0o[0-7_]+)$"), list("-+0123456789"))
+_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:[0-9][0-9_]*|0x[0-9a-fA-F][0-9a-fA-F_]*|0o[0-7][0-7_]*)$"), list("-+0123456789"))
 _ConfigLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9_]+|[0-9][0-9_]*(?=[eE]))(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*|[0-9][0-9_]*(?=[eE]))(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
     list("-+0123456789."),
 )
 _ConfigLoader.add_constructor("tag:yaml.org,2002:int", _ConfigLoader.construct_yaml_int)
 
 
 def read_yaml(text: str) -> Any:
-    """``text`` read as a config's YAML (:class:`_ConfigLoader`); a :class:`yaml.YAMLError` when it is not."""
-    return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506  (a SafeLoader: no object is built from a tag)
+    """``text`` read as a config's YAML (:class:`_ConfigLoader`); a :class:`yaml.YAMLError` when it is not, or when it
+    holds a value Python cannot make (an integer of over 4,300 digits)."""
+    try:
+        return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506  (a SafeLoader: no object is built from a tag)
+    except (ValueError, OverflowError) as error:
+        raise yaml.YAMLError(f"a value it cannot hold ({error})") from None
+
+
+class _ConfigDumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, quoting every string that YAML 1.1 or :class:`_ConfigLoader` would read as something
+    else: a saved config.yaml reads back as it was, in this version (``name: '1e5'``) and in older ones (``'no'``)."""
+
+
+_ConfigDumper.yaml_implicit_resolvers = {
+    first: [*yaml.SafeDumper.yaml_implicit_resolvers.get(first, []), *_ConfigLoader.yaml_implicit_resolvers.get(first, [])]
+    for first in {*yaml.SafeDumper.yaml_implicit_resolvers, *_ConfigLoader.yaml_implicit_resolvers}
+}
+
+
+def _short_number(value: int) -> str:
+    """An integer for a message: whole up to 24 digits, else its first digits and how many there are."""
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text.lstrip('-'))} digits)"
 
 
 def _one_line(error: yaml.YAMLError) -> str:
@@ -659,4 +686,4 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
 
 
 def save_config(config: ExperimentConfig, path: str | Path) -> None:
-    write_text_atomic(path, yaml.safe_dump(to_dict(config), sort_keys=False))
+    write_text_atomic(path, yaml.dump(to_dict(config), Dumper=_ConfigDumper, sort_keys=False))

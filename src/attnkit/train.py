@@ -36,7 +36,7 @@ from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights, save_c
 from attnkit.config import ExperimentConfig, TrainConfig, save_config, to_dict
 from attnkit.data.batching import BatchLimit, BucketBatchSampler, length_multiple, padded_collate
 from attnkit.distributed import Distributed, ShardedBatchSampler, autocast, choose_threads, loader_workers, resolve_device, resolve_precision
-from attnkit.errors import UserError
+from attnkit.errors import UserError, out_of_memory
 from attnkit.optim import LearningRateSchedule, WeightAverage, load_optimizer_state
 from attnkit.run_folder import RunFolder, epoch_checkpoint_name
 from attnkit.watch import DrawAttention, TensorBoardLog, check_tensorboard
@@ -233,6 +233,8 @@ class Trainer:
             self.history = [record for record in training.get("history", []) if record["epoch"] <= self.progress.epoch]
             self._restore_random_state(training)
         except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as error:  # the weights fit, the rest does not
+            if out_of_memory(error):  # Adam's state moving to a full GPU: run_cli says so, not "damaged"
+                raise
             raise UserError(f"the checkpoint's training state does not fit this run ({type(error).__name__}): it is damaged or from an incompatible version") from None
 
     def _restore_random_state(self, training: dict[str, Any]) -> None:
