@@ -69,6 +69,14 @@ class Checkpoint:
     subword_models: dict[str, bytes] = field(default_factory=dict)  # {"source": ..., "target": ...}: serialised sentencepiece models (data.tokenizer.kind sentencepiece)
     read_from: Path | None = field(default=None, compare=False)  # the file load_checkpoint read it from (not saved): a resumed run's other files lie beside it
 
+    def refuse_without_training_state(self) -> None:
+        """Resuming needs the optimizer, schedule and counters, which weights exported for inference lack."""
+        if not self.training:
+            raise UserError(
+                f"{self.read_from or 'this checkpoint'} holds no training state (weights exported for inference: an epoch-<k>.pt, "
+                "attnkit average's mean); resume from the run's last.pt"
+            )
+
     def refuse_another_model(self, config: ExperimentConfig) -> None:
         """Resuming trains this checkpoint's model on: ``config`` may change how (epochs, budget, device, ...), not what
         the model is (:data:`attnkit.config.MODEL_KEYS`). Weights that happen to fit another architecture (other heads,

@@ -214,9 +214,8 @@ class Trainer:
         Checkpoints are written at the end of an epoch, so the data order resumes exactly:
         the next epoch's batches follow from the seed and the epoch number alone.
         """
+        checkpoint.refuse_without_training_state()
         training = checkpoint.training
-        if not training:
-            raise UserError("this checkpoint holds no training state (it was exported for inference); it cannot be resumed")
         load_weights(self.model, checkpoint)  # the average, when the run kept one
         try:
             if self.weight_average is not None:  # a run that kept none starts its average here
@@ -500,11 +499,7 @@ def train_recipe(
     log = log if distributed.is_main else _silent
     try:
         if resume is not None:  # before any work: a changed architecture may fit the saved weights by chance
-            if not resume.training:
-                raise UserError(
-                    f"{resume.read_from or 'this checkpoint'} holds no training state (weights exported for inference: an epoch-<k>.pt, "
-                    "attnkit average's mean); resume from the run's last.pt"
-                )
+            resume.refuse_without_training_state()
             resume.refuse_another_model(config)
         if config.train.tensorboard and distributed.is_main:
             check_tensorboard(config.run_dir)  # a missing package, or a file where the events go, is said before any work
@@ -610,13 +605,13 @@ def _carry_best(folder: RunFolder, resume: Checkpoint, log) -> None:
         save_checkpoint(folder.path / "best.pt", resume)
         return
     best = (progress.get("run_id"), progress.get("best_epoch"))
-    here = folder.path.resolve()
-    for source in [here, *([resume.read_from.parent.resolve()] if resume.read_from is not None else [])]:
-        if _best_of(RunFolder(source)) == best:
-            if source != here:
-                save_checkpoint(folder.path / "best.pt", load_checkpoint(source / "best.pt"))
-                log(f"best.pt (epoch {best[1]}) brought from {source}")
-            return
+    if _best_of(folder) == best:  # already here: the run's own folder, its last.pt deleted
+        return
+    beside = RunFolder(resume.read_from.parent) if resume.read_from is not None else None
+    if beside is not None and _best_of(beside) == best:
+        save_checkpoint(folder.path / "best.pt", load_checkpoint(beside.path / "best.pt"))
+        log(f"best.pt (epoch {best[1]}) brought from {beside.path}")
+        return
     log(f"note: no best.pt of this run's best epoch ({best[1]}) lies beside the resumed checkpoint; {folder.path} gets one when an epoch beats the best score")
 
 
