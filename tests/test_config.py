@@ -327,6 +327,7 @@ def test_missing_or_broken_config_file(tmp_path):
         ("train: {lr: 0.005, epochs: 2}\ndecoder: {hidden_size: 32}\ntrain: {batch_size: 16}\n", "the key 'train' is given twice at line 3"),
         ("train:\n  epochs: 2\n  epochs: 3\n", "the key 'epochs' is given twice at line 3"),
         ("name: x\n? [1, 2]\n: 3\n", "found unhashable key at line 2"),
+        ("name: a\n---\nname: b\n", "expected a single document in the stream, but found another document at line 2"),
     ],
 )
 def test_a_config_file_that_would_train_other_settings_than_it_shows_is_refused(tmp_path, text, message):
@@ -365,6 +366,13 @@ def test_a_saved_config_reads_back_whatever_its_text_looks_like(tmp_path, name):
 def test_malformed_or_endless_numbers_are_one_message(override):
     with pytest.raises(UserError):
         load_config(None, [override])
+
+@pytest.mark.parametrize("override", ["name='a\\0b'", "output_dir='runs/\\0'", "data.source_lang='d\\0e'"])
+def test_a_nul_character_in_a_name_or_path_is_refused_by_its_key(override):
+    """YAML's "\\0" escape made a NUL, which reached mkdir as ValueError's traceback."""
+    with pytest.raises(UserError, match=r"config key (name|output_dir|data.source_lang) holds a NUL character"):
+        load_config(None, [override.replace("'", '"')])
+
 
 def test_a_number_no_tensor_could_hold_is_refused_by_its_key():
     with pytest.raises(UserError, match="config key decoder.hidden_size is too large: 99999999999999999999"):

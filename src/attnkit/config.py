@@ -425,6 +425,8 @@ def check_values(config: Any) -> None:
         if not _has_type(kind, value):
             expected = "a mapping" if dataclasses.is_dataclass(kind) else kind.__name__
             raise UserError(f"config key {key} must be {expected}, got {value!r}")
+        if kind is str and "\0" in value:  # no file name, language or setting holds one; the OS refuses it in a path
+            raise UserError(f"config key {key} holds a NUL character (\\0), which no name or path can: {value!r}")
         if kind is float and not math.isfinite(value):
             raise UserError(f"config key {key} must be a finite number, got {value!r}")
         rule: Rule | None = item.metadata.get(RULE)
@@ -627,12 +629,14 @@ def _short_number(value: int) -> str:
 
 
 def _one_line(error: yaml.YAMLError) -> str:
-    """A YAML error in one line: its problem and where (PyYAML's own text spans several lines)."""
+    """A YAML error in one line: what PyYAML expected, its problem and where (PyYAML's own text spans several
+    lines): "expected a single document in the stream, but found another document at line 3, column 1"."""
     problem, mark = getattr(error, "problem", None), getattr(error, "problem_mark", None)
     if not problem:
         return " ".join(str(error).split())
+    context = getattr(error, "context", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return " ".join(f"{problem}{where}".split())
+    return " ".join(f"{context + ', ' if context else ''}{problem}{where}".split())
 
 
 def apply_overrides(values: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
