@@ -147,3 +147,25 @@ def test_a_resume_that_runs_out_of_memory_is_not_called_a_damaged_checkpoint(sma
     monkeypatch.setattr(train_module, "load_optimizer_state", full_gpu)
     with pytest.raises(torch.OutOfMemoryError):
         train_translation(from_dict(ExperimentConfig, apply_overrides(last.config, ["train.epochs=2"])), resume=last, **quiet)
+
+
+def test_a_user_error_raised_in_a_loader_worker_is_its_own_one_line(capsys):
+    """torch's DataLoader re-raises a worker's error with the worker's whole traceback as its message; an unreadable
+    training photo printed 'error: Caught ImageError in DataLoader worker process 0.' and the traceback after it."""
+    import torch
+
+    from attnkit.data.images import ImageError
+
+    class Photos(torch.utils.data.Dataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, index):
+            raise ImageError("photos/nope.jpg: file not found")
+
+    def main(argv):
+        for _ in torch.utils.data.DataLoader(Photos(), num_workers=1):
+            pass
+
+    assert run_cli(main) == 2
+    assert capsys.readouterr().err == "error: photos/nope.jpg: file not found\n"

@@ -9,6 +9,7 @@ from PIL import Image
 from attnkit.config import ImageEncoderConfig
 from attnkit.data.features import FeatureCache, encoder_identity
 from attnkit.encoders.image import ImageEncoder
+from attnkit.errors import UserError
 from attnkit.files import file_digest
 
 
@@ -180,3 +181,35 @@ def test_a_recorded_digest_must_name_the_weights_read_and_a_checkpoint_s_network
         _encoder(weights, weights_sha256="ab" * 32).weights_digest
     settings = dict(backbone="resnet18", weights=str(weights), image_size=64, grid_size=2, memory_size=8, weights_sha256="ab" * 32)
     assert ImageEncoder(ImageEncoderConfig(**settings), load_weights=False).weights_digest == "ab" * 32
+
+
+def test_a_cache_folder_that_is_a_file_is_one_message(tmp_path, weights):
+    """data.feature_cache naming a file reached mkdir as NotADirectoryError's traceback."""
+    identity = encoder_identity(_encoder(weights))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match=r"feature cache .*file: cannot keep features in .*file is a file, not a folder"):
+        FeatureCache(tmp_path / "file", identity)
+    key_folder = FeatureCache(tmp_path / "cache", identity).folder
+    (key_folder / "encoder.json").unlink()
+    key_folder.rmdir()
+    key_folder.write_text("x")  # the encoder's own folder is a file
+    with pytest.raises(UserError, match="is a file, not a folder"):
+        FeatureCache(tmp_path / "cache", identity)
+
+
+def test_an_entry_that_loads_but_is_no_feature_grid_of_this_encoder_is_recomputed(tmp_path, weights):
+    """Only an entry torch could not load was recomputed: one of another shape reached torch.stack (or a dict, its
+    TypeError)."""
+    photos, encoder = _photos(tmp_path), _encoder(weights)
+    cache = FeatureCache(tmp_path / "cache", encoder_identity(encoder))
+    truth = cache.get(photos, encoder.grid_features)
+    entries = [cache._entry(photo) for photo in photos]
+    torch.save(truth[0, :, :1, :1].clone(), entries[0])  # another grid
+    torch.save({"not": "features"}, entries[1])
+    again = FeatureCache(tmp_path / "cache", encoder_identity(encoder))
+    assert torch.allclose(again.get(photos, encoder.grid_features), truth, atol=1e-2)  # recomputed in another batch
+    assert (again.stats.hits, again.stats.misses) == (1, 2)
+    torch.save(truth[0, :, :1, :1].clone(), entries[2])  # nothing to compute but two shapes: one is computed to tell
+    last = FeatureCache(tmp_path / "cache", encoder_identity(encoder))
+    assert torch.allclose(last.get(photos, encoder.grid_features), truth, atol=1e-2)
+    assert torch.load(entries[2], weights_only=True).shape == truth[2].shape

@@ -104,3 +104,18 @@ def test_a_large_sixteen_bit_photo_is_scaled_in_one_small_copy(tmp_path):
     finally:
         tracemalloc.stop()
     assert peak < 4 * 2000 * 2000 * 1.6, peak  # the int32 copy and the 8-bit image; float64 would be 24 bytes a pixel
+
+
+def test_a_photo_is_read_upright_as_its_exif_orientation_says(tmp_path):
+    """A phone stores a photo sideways with an EXIF orientation tag; read as stored, a scene's left came out as its
+    top, and its caption said 'left of' for what a viewer sees on the right."""
+    pixels = np.zeros((40, 80, 3), np.uint8)
+    pixels[:, :40] = 255  # the left half white
+    stored = Image.fromarray(pixels)
+    exif = stored.getexif()
+    exif[images.EXIF_ORIENTATION] = 6  # "turn 90 degrees clockwise to view"
+    stored.save(tmp_path / "turned.png", exif=exif)
+    stored.save(tmp_path / "plain.png")
+    upright = np.asarray(open_rgb(tmp_path / "turned.png"))
+    assert upright.shape == (80, 40, 3) and upright[:40].min() == 255 and upright[40:].max() == 0  # the white half on top
+    assert np.array_equal(np.asarray(open_rgb(tmp_path / "plain.png")), pixels)

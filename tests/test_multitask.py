@@ -503,3 +503,28 @@ def test_the_mosaic_chance_is_what_even_attention_scores_word_for_word():
         tally.add(groups, even, even > 0.5, region)
     summary = tally.summary()
     assert summary["chance"] == pytest.approx((0.5 * 3 + 0.1 * 1) / 4) == summary["mass"]
+
+
+def test_a_joint_run_whose_text_pairs_are_all_too_long_is_one_message(scenes, tmp_path):
+    """Every pair over data.max_source_length left the translation task no batches: TaskMixSampler's ValueError
+    came out as a traceback (a translation-only run says 'no usable training examples')."""
+    config = tiny_joint_config(scenes, tmp_path / "run", "data.max_source_length=2")
+    with pytest.raises(UserError, match=r"text: no usable translation training examples .* gives the translations 50% of the batches"):
+        train_multitask(config, progress_bar=False, log=lambda *a: None)
+
+
+def test_scenes_written_again_leave_no_sub_dataset_readable_until_done(tmp_path, monkeypatch):
+    """Only the root dataset.json was removed first: a regeneration cut short left captions/ and text/ readable,
+    pairing the new seed's images with the old seed's captions."""
+    from attnkit.data import scenes as scenes_module
+
+    folder = write_scene_dataset(tmp_path / "scenes", {"train": 4, "valid": 2}, seed=0, size=32)
+    assert (folder / "captions" / "dataset.json").is_file() and (folder / "text" / "dataset.json").is_file()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(scenes_module, "write_text_atomic", interrupted)  # cut short after the first split's images
+    with pytest.raises(KeyboardInterrupt):
+        write_scene_dataset(folder, {"train": 4, "valid": 2}, seed=1, size=32)
+    assert not any((folder / name / "dataset.json").exists() for name in (".", "captions", "text"))

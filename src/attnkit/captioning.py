@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights
 from attnkit.config import ExperimentConfig, SearchConfig, from_dict, model_differences, to_dict
 from attnkit.data.batching import Batch, BucketBatchSampler, batch_gold, pad_sequences
-from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
+from attnkit.data.captions import CaptionedImage, image_root, read_caption_split, require_split_photos
 from attnkit.data.features import FeatureCache, encoder_identity
 from attnkit.data.images import ImageError, ImageSource, MosaicFile, image_tensor, load_image, load_image_source, mosaic_arrangements, grey_cells, open_rgb
 from attnkit.encoders.image import ImageEncoder
@@ -429,6 +429,7 @@ def prepare_captioning(config: ExperimentConfig, resume: Checkpoint | None, cont
     root = image_root(folder)
     train_items = read_caption_split(folder, "train")
     valid_items = validation_subset(read_caption_split(folder, "valid"), config.train)
+    require_split_photos(root, {"train": train_items, "valid": valid_items})
     start, config = starting_checkpoint(config, resume, TASK)
     if resume is not None or start is not None:
         pipeline = CaptionPipeline.from_checkpoint(resume or start)

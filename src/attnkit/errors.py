@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import select
 import sys
 from collections.abc import Callable, Sequence
@@ -44,7 +45,7 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
         sys.stdout.flush()  # so a closed pipe shows here, not in the interpreter's flush at exit
         return code
     except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {unwrapped_message(error)}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         if not _stdout_closed():  # another pipe (a worker, a subprocess): that is a bug to see
@@ -64,6 +65,22 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+# How torch's DataLoader re-raises an error of a worker process: the same type, its message the worker's traceback.
+_WORKER_ERROR = re.compile(r"Caught \w+ in DataLoader worker process \d+\.\nOriginal Traceback \(most recent call last\):\n")
+_QUALIFIED_NAME = re.compile(r"[A-Za-z_][\w.]*")
+
+
+def unwrapped_message(error: BaseException) -> str:
+    """An error's message, as it was raised: for a UserError raised in a DataLoader worker (an unreadable photo
+    while training), the original one line from the end of the worker's traceback that torch puts in its place."""
+    text = str(error)
+    if not _WORKER_ERROR.match(text):
+        return text
+    last = text.rstrip().splitlines()[-1]  # "attnkit.data.images.ImageError: photo.jpg: file not found"
+    name, separator, message = last.partition(": ")
+    return message if separator and _QUALIFIED_NAME.fullmatch(name) else last
 
 
 def out_of_memory(error: BaseException) -> bool:

@@ -159,10 +159,15 @@ def unreadable(what: str, error: OSError) -> UserError:
 
 
 def read_text_file(path: str | Path) -> str:
-    """A UTF-8 text file's contents; one clear UserError when it is missing, a folder, unreadable or not UTF-8."""
+    """A UTF-8 text file's contents, its line ends as they are and a leading byte-order mark left out; one clear
+    UserError when it is missing, a folder, unreadable or not UTF-8.
+
+    Read as bytes, not with ``Path.read_text``: its universal newlines made a lone "\r" inside a sentence a line
+    break, which pulled two line-aligned files out of step (a split scored one reference off from there on).
+    """
     path = Path(path)
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_bytes().decode("utf-8-sig")
     except OSError as error:
         raise unreadable(str(path), error) from None
     except UnicodeDecodeError as error:

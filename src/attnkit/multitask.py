@@ -35,7 +35,7 @@ from attnkit.captioning import (
 from attnkit.checkpoint import Checkpoint, load_weights
 from attnkit.config import ExperimentConfig
 from attnkit.data.batching import Batch, BatchLimit, BucketBatchSampler, TaskMixSampler
-from attnkit.data.captions import image_root, read_caption_split
+from attnkit.data.captions import image_root, read_caption_split, require_split_photos
 from attnkit.data.text import collate_pairs, read_parallel, resolve_languages
 from attnkit.errors import UserError
 from attnkit.losses import LossOutput, Seq2SeqObjective
@@ -107,6 +107,7 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
     root = image_root(captions_folder)
     train_items = read_caption_split(captions_folder, "train")
     valid_items = validation_subset(read_caption_split(captions_folder, "valid"), config.train)
+    require_split_photos(root, {"train": train_items, "valid": valid_items})
     train_pairs = read_parallel(config.data.text_path, "train", source_lang, target_lang)
     valid_pairs = validation_subset(read_parallel(config.data.text_path, "valid", source_lang, target_lang), config.train)
 
@@ -133,6 +134,12 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
         objective = ObjectivePerInput({"image": caption_objective, "text": translation_objective})
     mix = TaskMixDataset({"image": caption_set, "text": text_set})
     share = config.train.caption_share
+    for what, folder, examples, task_share in (("caption", config.data.path, caption_set, share), ("translation", config.data.text_path, text_set, 1.0 - share)):
+        if task_share > 0 and len(examples) < context.distributed.world_size:  # a task given batches must have some
+            raise UserError(
+                f"{folder}: no usable {what} training examples (is the training split empty, or is every example over the"
+                f" length limits?); train.caption_share={share} gives the {what}s {task_share:.0%} of the batches"
+            )
     seed = config.train.seed
 
     def batches(limit: BatchLimit) -> TaskMixSampler:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnkit.data.folder import begin_dataset, check_split_listed, read_dataset_info, write_dataset_info
+from attnkit.data.images import require_files
 from attnkit.errors import UserError
 from attnkit.files import read_text_file, write_text_atomic
 
@@ -84,8 +85,19 @@ def image_root(folder: str | Path) -> Path:
     """Where the images of a prepared captioning dataset live."""
     folder = Path(folder)
     info = read_dataset_info(folder, task=TASK)
-    root = Path(info.get("image_root", "."))
+    stored = info.get("image_root", ".")
+    if not isinstance(stored, str) or not stored:
+        raise UserError(f"{folder}/dataset.json: image_root must be a folder's path (a non-empty string), got {stored!r}")
+    root = Path(stored)
     return root if root.is_absolute() else (folder / root).resolve()
+
+
+def require_split_photos(root: Path, splits: Mapping[str, Sequence[CaptionedImage]]) -> None:
+    """One clear error before training when a photo a split names is not a file under ``root``: without a feature
+    cache the photos are read lazily, and a missing one would stop the run mid-epoch (in a loader worker) or at the
+    first validation."""
+    for split, items in splits.items():
+        require_files((root / item.image for item in items), f"the {split} split")
 
 
 def read_caption_split(folder: str | Path, split: str) -> list[CaptionedImage]:
@@ -102,6 +114,8 @@ def read_caption_split(folder: str | Path, split: str) -> list[CaptionedImage]:
         image, separator, caption = line.rstrip("\r").partition("\t")
         if not separator:
             raise UserError(f"{path}:{number}: expected image<TAB>caption")
+        if not caption.strip():  # no word to train on, and a reference the caption scorers cannot read
+            raise UserError(f"{path}:{number}: the caption of {image} is empty")
         captions.setdefault(image, []).append(caption)
     return [CaptionedImage(image, tuple(texts)) for image, texts in captions.items()]
 
@@ -114,10 +128,7 @@ def read_flickr8k_captions(path: str | Path) -> dict[str, list[str]]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"caption file not found: {path}")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise UserError(f"{path} is not UTF-8 text ({error})") from None
+    text = read_text_file(path)
     captions: dict[str, list[str]] = {}
     seen: set[tuple[str, str]] = set()
     for number, line in enumerate(text.split("\n"), start=1):

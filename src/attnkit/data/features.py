@@ -29,11 +29,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnkit.data.images import ImageSource, MosaicFile, load_image_source, open_rgb
+from attnkit.data.images import ImageSource, MosaicFile, load_image_source, require_files
+from attnkit.errors import UserError
 from attnkit.files import content_digest, save_torch_atomic, write_json_atomic
 from attnkit.precision import without_autocast
 
-FORMAT_VERSION = 2  # 2: images keyed by their bytes (1: by path, size and modification time)
+FORMAT_VERSION = 3  # 3: photos turned upright by their EXIF orientation; 2: images keyed by their bytes (1: by path, size and modification time)
 
 
 def encoder_identity(encoder) -> dict:
@@ -74,10 +75,16 @@ class FeatureCache:
         self.kept: dict[Path, Tensor] | None = {} if keep_in_memory else None
         key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
         self.folder = Path(root) / key
-        self.folder.mkdir(parents=True, exist_ok=True)
-        info = self.folder / "encoder.json"
-        if not info.exists():
-            write_json_atomic(info, identity)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            info = self.folder / "encoder.json"
+            if not info.exists():
+                write_json_atomic(info, identity)
+        except OSError as error:
+            blocked = next((p for p in (Path(root), self.folder) if p.exists() and not p.is_dir()), None)
+            why = f"{blocked} is a file, not a folder" if blocked is not None else error.strerror or str(error)
+            raise UserError(f"feature cache {root}: cannot keep features in {self.folder} ({why})") from None
+        self.shape: torch.Size | None = None  # (C, g, g) of every entry, once one has been computed here
         self.stats = CacheStats()
 
     def kept_in_memory(self) -> "FeatureCache":
@@ -100,9 +107,7 @@ class FeatureCache:
 
     def _get(self, images: Sequence[str | Path | MosaicFile], compute: Callable[[Tensor], Tensor], batch_size: int) -> Tensor:
         paths = [image if isinstance(image, MosaicFile) else Path(image) for image in images]
-        for path in (photo for image in paths for photo in (image.photos if isinstance(image, MosaicFile) else (image,))):
-            if not path.is_file():
-                open_rgb(path)  # raises the ImageError that says what is wrong (missing, a directory ...)
+        require_files(photo for image in paths for photo in (image.photos if isinstance(image, MosaicFile) else (image,)))
         entries = [self._entry(p) for p in paths]
         found: dict[int, Tensor] = {}
         missing = []
@@ -110,27 +115,56 @@ class FeatureCache:
             if self.kept is not None and entry in self.kept:
                 found[i] = self.kept[entry]
                 continue
-            if entry.is_file():
-                try:
-                    found[i] = torch.load(entry, map_location="cpu", weights_only=True)
-                    continue
-                except Exception:  # a damaged entry is recomputed, never trusted
-                    entry.unlink(missing_ok=True)
-            missing.append(i)
+            feature = self._read(entry)
+            if feature is not None:
+                found[i] = feature
+            else:
+                missing.append(i)
+        if found and not missing and self.shape is None and len({f.shape for f in found.values()}) > 1:
+            missing.append(min(found))  # entries of two shapes and none computed yet: compute one to learn the true shape
+            del found[missing[-1]]
         self.stats.hits += len(found)
         self.stats.misses += len(missing)
-        size, normalization = self.identity["image_size"], self.identity["normalization"]
-        for start in range(0, len(missing), batch_size):
-            chunk = missing[start : start + batch_size]
-            pixels = torch.stack([load_image_source(paths[i], size, normalization) for i in chunk])  # (B, 3, H, W)
-            with torch.no_grad():
-                features = compute(pixels).to("cpu", torch.float16)  # (B, C, g, g)
-            for i, feature in zip(chunk, features):
-                save_torch_atomic(entries[i], feature.clone(), durable=False)  # a damaged entry is recomputed
-                found[i] = feature
+        self._compute(paths, entries, missing, found, compute, batch_size)
+        wrong = [i for i, feature in found.items() if feature.shape != self.shape] if self.shape is not None else []
+        if wrong:  # an entry of another shape (not written by this encoder's key): recomputed, never trusted
+            self.stats.hits -= len(wrong)
+            self.stats.misses += len(wrong)
+            self._compute(paths, entries, wrong, found, compute, batch_size)
         if self.kept is not None:
             self.kept.update((entries[i], feature) for i, feature in found.items())
         return torch.stack([found[i] for i in range(len(paths))]) if paths else torch.empty(0)
+
+
+    @staticmethod
+    def _read(entry: Path) -> Tensor | None:
+        """An entry's features, or None when there is none or it is damaged (then it is removed and recomputed):
+        a file torch cannot read, or anything but one (C, g, g) float16 tensor."""
+        if not entry.is_file():
+            return None
+        try:
+            feature = torch.load(entry, map_location="cpu", weights_only=True)
+        except Exception:  # noqa: BLE001  (truncated, random bytes, another format: all are recomputed)
+            feature = None
+        if isinstance(feature, Tensor) and feature.dtype == torch.float16 and feature.dim() == 3:
+            return feature
+        entry.unlink(missing_ok=True)
+        return None
+
+    def _compute(
+        self, paths: Sequence[Path | MosaicFile], entries: Sequence[Path], indices: Sequence[int], found: dict[int, Tensor], compute: Callable[[Tensor], Tensor], batch_size: int
+    ) -> None:
+        """Compute, store and put in ``found`` the features of ``paths[i]`` for each i in ``indices``."""
+        size, normalization = self.identity["image_size"], self.identity["normalization"]
+        for start in range(0, len(indices), batch_size):
+            chunk = indices[start : start + batch_size]
+            pixels = torch.stack([load_image_source(paths[i], size, normalization) for i in chunk])  # (B, 3, H, W)
+            with torch.no_grad():
+                features = compute(pixels).to("cpu", torch.float16)  # (B, C, g, g)
+            self.shape = features.shape[1:]
+            for i, feature in zip(chunk, features):
+                save_torch_atomic(entries[i], feature.clone(), durable=False)  # a damaged entry is recomputed
+                found[i] = feature
 
 
 def _file_key(image: ImageSource) -> str:

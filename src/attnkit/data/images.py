@@ -10,18 +10,20 @@ from __future__ import annotations
 import io
 import random
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, ImageFile, UnidentifiedImageError
+from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 from torch import Tensor
 
 from attnkit.errors import UserError
 
 # Refuse decoding more pixels than this (PIL's default bomb limit is ~89 M; a caption photo needs far less).
 MAX_PIXELS = 64_000_000
+EXIF_ORIENTATION = 0x0112  # the EXIF tag that says how a stored photo is turned (1: as stored)
 
 
 class ImageError(UserError):
@@ -31,13 +33,31 @@ class ImageError(UserError):
 def open_rgb(path: str | Path) -> Image.Image:
     """The image at ``path`` as 8-bit RGB, whatever its mode (grayscale, 16-bit, palette, RGBA, CMYK ...)."""
     path = Path(path)
-    if not path.exists():
-        raise ImageError(f"{path}: file not found")
-    if path.is_dir():
-        raise ImageError(f"{path}: is a directory, not an image")
+    problem = _not_a_file(path)
+    if problem:
+        raise ImageError(f"{path}: {problem}")
     if path.stat().st_size == 0:
         raise ImageError(f"{path}: empty file")
     return _decode_rgb(path, str(path), MAX_PIXELS)
+
+
+def _not_a_file(path: Path) -> str | None:
+    """Why ``path`` is no image file (missing, a directory, a pipe ...), or None when it is a file."""
+    if path.is_file():
+        return None
+    if not path.exists():
+        return "file not found"
+    return "is a directory, not an image" if path.is_dir() else "is not a regular file"
+
+
+def require_files(paths: Iterable[str | Path], what: str = "") -> None:
+    """The ImageError :func:`open_rgb` gives for the first of ``paths`` that is not a file (missing, a folder), before
+    any work: one stat each, where decoding every photo would cost minutes. ``what`` (e.g. "the valid split") leads
+    the message."""
+    for path in paths:
+        problem = _not_a_file(Path(path))
+        if problem:
+            raise ImageError(f"{what}: {path}: {problem}" if what else f"{path}: {problem}")
 
 
 def rgb_from_bytes(data: bytes, name: str, max_pixels: int = MAX_PIXELS) -> Image.Image:
@@ -60,7 +80,7 @@ def _decode_rgb(source, name: str, max_pixels: int) -> Image.Image:
                     raise ImageError(f"{name}: {width}x{height} pixels is over the limit of {max_pixels:,} (decompression bomb?)")
                 ImageFile.LOAD_TRUNCATED_IMAGES = False
                 image.load()  # decode now, inside the error handling: truncated data fails here
-                return _to_rgb(image)
+                return _to_rgb(_upright(image))
     except ImageError:
         raise
     except UnidentifiedImageError:
@@ -69,6 +89,14 @@ def _decode_rgb(source, name: str, max_pixels: int) -> Image.Image:
         raise ImageError(f"{name}: too many pixels (decompression bomb limit)") from None
     except (OSError, SyntaxError, ValueError) as error:  # truncated or corrupt data
         raise ImageError(f"{name}: unreadable or truncated image ({error})") from None
+
+
+def _upright(image: Image.Image) -> Image.Image:
+    """The image as a viewer shows it: a phone's photo is often stored sideways, with an EXIF orientation tag that
+    says how to turn it; captioning the stored pixels would call left right. Untagged images stay as they are."""
+    if image.getexif().get(EXIF_ORIENTATION, 1) == 1:
+        return image
+    return ImageOps.exif_transpose(image)
 
 
 def _to_rgb(image: Image.Image) -> Image.Image:

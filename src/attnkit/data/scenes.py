@@ -39,7 +39,7 @@ from attnkit.data.captions import CaptionedImage, write_caption_dataset
 from attnkit.data.folder import begin_dataset, read_dataset_info, write_dataset_info
 from attnkit.data.text import write_parallel_dataset
 from attnkit.errors import UserError
-from attnkit.files import json_text, write_text_atomic
+from attnkit.files import json_text, save_image_atomic, write_text_atomic
 
 TASK = "scenes"
 # English name -> (French name, grammatical gender)
@@ -269,7 +269,8 @@ def write_scene_dataset(folder: str | Path, counts: Mapping[str, int], seed: int
             raise UserError(f"unknown scene split '{split}'; choose from {', '.join(SPLITS)}")
     images = folder / "images"
     try:
-        begin_dataset(folder)
+        for dataset in (folder, folder / "captions", folder / "text"):  # all three read these images: none stays readable
+            begin_dataset(dataset)  # while they are rewritten (a cut-short run would pair new scenes with old captions)
         images.mkdir(parents=True, exist_ok=True)
         captioned: dict[str, list[CaptionedImage]] = {}
         pairs: dict[str, list[tuple[str, str]]] = {}
@@ -278,7 +279,7 @@ def write_scene_dataset(folder: str | Path, counts: Mapping[str, int], seed: int
             captioned[split], pairs[split], truth = [], [], []
             for number, scene in enumerate(scenes):
                 name = f"{split}-{number:05d}.png"
-                scene.image().save(images / name)
+                save_image_atomic(scene.image(), images / name)
                 captioned[split].append(CaptionedImage(name, tuple(s.english_text for s in scene.sentences)))
                 pairs[split] += [(s.french_text, s.english_text) for s in scene.sentences]
                 truth.append(json_text({"image": name, **scene_to_dict(scene)}))
