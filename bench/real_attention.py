@@ -213,7 +213,8 @@ def describe_study(name: str, result: dict) -> list[str]:
         for modality in ("image", "text"):
             found = mosaic[modality]
             groups = ", ".join(f"{group} {100 * g['mass']:.1f}% / {100 * g['pointing']:.1f}%" for group, g in found["by_group"].items())
-            lines.append(f"    {modality} (chance {100 * found['chance']:.1f}%): {groups}")
+            chance = f"chance {100 * found['chance']:.1f}%" + (f" / {100 * found['pointing_chance']:.1f}%" if "pointing_chance" in found else "")
+            lines.append(f"    {modality} ({chance}): {groups}")
             reading = mosaic.get("reading", {}).get(modality)
             if reading:
                 groups = ", ".join(f"{group} {100 * g['mass']:.1f}% / {100 * g['pointing']:.1f}%" for group, g in reading["by_group"].items())

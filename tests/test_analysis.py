@@ -20,6 +20,7 @@ from attnkit.analysis import (
     image_grounding,
     localisation,
     peak_weight,
+    mostly_inside,
     quadrant_weights,
     span_weights,
     summarise,
@@ -222,6 +223,24 @@ def test_all_mass_in_the_right_region_scores_one_and_uniform_attention_its_share
     centre[0, 24] = 1.0  # the middle cell: a quarter in each quadrant, a hit for none
     mass, hits = localisation(centre, region)
     assert mass.item() == pytest.approx(0.25) and not hits.item()
+
+
+@pytest.mark.parametrize("side", [7, 8, 9, 14])
+def test_a_peak_hits_a_quadrant_only_on_a_cell_mostly_inside_it_on_any_grid(side):
+    """float32 made a straddling cell's share 0.4999998 or 0.5000002 by where it lay: on 7 x 7 the quadrants owned
+    9, 12, 12 and 15 cells, and a peak blind to the photo scored 24 % pointing where the rule allows it 18 %."""
+    cells = side * side
+    owned = (side // 2) ** 2  # a quadrant's cells wholly inside it; an odd grid's middle row and column: no one's
+    one_hot = torch.eye(cells)  # (L, L): a peak on each cell in turn
+    for quadrant in range(4):
+        region = quadrant_weights((side, side), quadrant)
+        assert int(mostly_inside(region).sum()) == owned
+        assert int(localisation(one_hot, region)[1].sum()) == owned
+    from attnkit.comparison import LocalisationTally
+
+    tally = LocalisationTally()
+    tally.add(["content"], torch.ones(1), torch.ones(1, dtype=torch.bool), quadrant_weights((side, side), 3))
+    assert tally.summary()["pointing_chance"] == pytest.approx(owned / cells, abs=1e-4)
 
 
 def test_joined_sources_score_the_same_way():

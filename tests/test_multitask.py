@@ -150,6 +150,9 @@ def test_joint_training_then_caption_translate_evaluate_and_compare(scenes, tmp_
     assert len(statistics["per_word"]) == len(statistics["target"].split()) + 1  # every word and <eos>
     assert all("reading" in word for word in statistics["per_word"][:-1]) and set(statistics["reading"]) == {"image", "text"}
     assert all(set(word["erasure"]) == {"image", "text"} for word in statistics["per_word"]) and statistics["erasure"]["text"]["steps"] >= 1
+    words = statistics["per_word"][:-1]  # the erasure means are the words', as the agreement's: <eos> is no word
+    assert statistics["erasure"]["text"]["steps"] == len(words)
+    assert statistics["erasure"]["text"]["peak_drop"] == pytest.approx(sum(w["erasure"]["text"]["peak_drop"] for w in words) / len(words), abs=1e-3)
     assert (out / "comparison.png").stat().st_size > 0 and "<script" in (out / "report.html").read_text()
     assert (out / "importance.png").stat().st_size > 0 and 'id="view"' in (out / "report.html").read_text()
     assert set(statistics["agreement"]["image"]) == {"attention", "input", "windows"} and "importance" in statistics["per_word"][0]
@@ -528,3 +531,17 @@ def test_scenes_written_again_leave_no_sub_dataset_readable_until_done(tmp_path,
     with pytest.raises(KeyboardInterrupt):
         write_scene_dataset(folder, {"train": 4, "valid": 2}, seed=1, size=32)
     assert not any((folder / name / "dataset.json").exists() for name in (".", "captions", "text"))
+
+
+def test_scene_scoring_refuses_a_model_that_splits_the_scenes_words_otherwise(joint_comparer, monkeypatch):
+    """Gold links index the scenes' space-split words: a model on Moses tokens (d' split from the next word) was
+    scored against shifted positions, AER 0.43 for a perfect aligner, and said nothing."""
+    from attnkit.comparison import evaluate_scenes
+    from attnkit.data.scenes import generate_scenes
+
+    comparer, _ = joint_comparer
+    tokenizer = comparer.translator.pipeline.source_tokenizer
+    monkeypatch.setattr(tokenizer, "tokenize", lambda text: text.replace("'", " '").split())  # as Moses splits d'
+    scenes = [scene for scene in generate_scenes(40, 0, "test", 64) if "'" in scene.sentences[0].french_text][:1] or pytest.skip("no d' among 40 scenes")
+    with pytest.raises(UserError, match=r"this model splits the French .* into .*d ' .*data.tokenizer.kind=space"):
+        evaluate_scenes(comparer, scenes, importance=False, progress=False)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from attnkit.analysis import READING, json_number
+from attnkit.analysis import READING, json_number, mostly_inside
 from attnkit.importance import ImportanceSettings, importance_distribution
 from attnkit.comparison import (
     DEFAULT_EXTRACTION,
@@ -354,6 +354,7 @@ def write_mosaic_comparison(
         "own": own,
         "source_lengths": list(found.source_lengths),
         "chance": {"image": round(float(image_region.mean()), 4), "text": round(float(text_region.mean()), 4)},
+        "pointing_chance": {modality: round(float(mostly_inside(region).double().mean()), 4) for modality, region in zip(("image", "text"), (image_region, text_region))},
         "per_word": [
             {"word": word, "group": groups[t], **{modality: {"mass": round(float(mass[t]), 4), "peak_inside": bool(hits[t])} for modality, (mass, hits) in by_word.items()}}
             for t, word in enumerate(words)

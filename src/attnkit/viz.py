@@ -267,13 +267,22 @@ def plot_distributions(
     """One histogram panel per statistic, one coloured histogram per group (e.g. per modality).
 
     ``series``: statistic name -> {group name -> values}; ``value_range``: the bins' span (None: each panel's values').
+    A value beyond the span is counted in the bin at its end, and the axis says how many were (matplotlib's own
+    ``range`` leaves them out of the figure without a word).
     """
+    import numpy as np
+
     figure = _new_figure(figsize=(4.2 * len(series), 3.2))
     axes = figure.subplots(1, len(series), squeeze=False)
     for axis, (statistic, groups) in zip(axes[0], series.items()):
+        beyond = 0
         for group, values in groups.items():
-            axis.hist(list(values), bins=20, range=value_range, alpha=0.55, label=group)
-        axis.set_xlabel(statistic)
+            values = np.asarray(list(values), dtype=float)
+            if value_range is not None:
+                beyond += int(((values < value_range[0]) | (values > value_range[1])).sum())
+                values = np.clip(values, *value_range)  # NaN stays NaN
+            axis.hist(values, bins=20, range=value_range, alpha=0.55, label=group)
+        axis.set_xlabel(statistic + (f" ({beyond} beyond the axis, in its end bins)" if beyond else ""))
         axis.set_ylabel("target words")
         axis.legend(fontsize=8)
     if title:

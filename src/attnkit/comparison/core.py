@@ -168,7 +168,8 @@ class Comparison:
         if reading is not None:
             means["reading"] = {modality: summary.mean() for modality, summary in reading.items()}
         if erased is not None:
-            means["erasure"] = {modality: erasure_means([found]) for modality, found in erased.items()}
+            words = slice(0, len(self.target_words) - 1)  # the words' means, as the agreement's and the studies': <eos> is no word
+            means["erasure"] = {modality: erasure_means([found.steps(words)]) for modality, found in erased.items()}
         if agreed is not None:
             means["agreement"] = {modality: {form: agreement_means([agreed[form][modality]]) for form in self.estimators()} for modality in MODALITIES}
         return means

@@ -21,6 +21,7 @@ from attnkit.analysis import (
     erasure,
     forced_attention,
     localisation,
+    mostly_inside,
     quadrant_weights,
     summarise,
     word_attention,
@@ -51,11 +52,12 @@ class LocalisationTally:
         self.hits: dict[str, list[Tensor]] = defaultdict(list)
         self.head_masses: list[Tensor] = []  # each sentence's content words, (W_c, N, h)
         self.head_hits: list[Tensor] = []
-        self.chance: list[tuple[float, int]] = []  # each sentence's region share of the memory, and its grouped words
+        self.chance: list[tuple[float, float, int]] = []  # each sentence's region share of the memory, the share of
+        # positions a peak hits it on, and its grouped words
 
     def add(self, groups: Sequence[str | None], mass: Tensor, hits: Tensor, region: Tensor, head_mass: Tensor | None = None, head_hits: Tensor | None = None) -> None:
         """One sentence: ``groups[t]`` of word t (None leaves it out), its (W,) masses and hits, the (L,) region; optionally (W, N, h)."""
-        self.chance.append((float(region.mean()), sum(group is not None for group in groups)))
+        self.chance.append((float(region.mean()), float(mostly_inside(region).double().mean()), sum(group is not None for group in groups)))
         for group in set(groups) - {None}:
             chosen = torch.tensor([g == group for g in groups])
             self.masses[group].append(mass[chosen])
@@ -66,19 +68,26 @@ class LocalisationTally:
             self.head_hits.append(head_hits[content].float())
 
     def summary(self) -> dict:
-        """``chance``, ``mass`` and ``pointing`` over every grouped word, ``by_group``, and ``content_by_head`` when heads were added.
-        ``chance`` is what attention spread evenly over the memory would score, weighted as ``mass`` is: per word (a
-        longer sentence has more words, and often a larger share of a joined source)."""
+        """``chance``, ``mass``, ``pointing_chance`` and ``pointing`` over every grouped word, ``by_group``, and
+        ``content_by_head`` when heads were added. ``chance`` is the ``mass`` that attention spread evenly over the
+        memory would score, weighted as ``mass`` is: per word (a longer sentence has more words, and often a larger
+        share of a joined source). ``pointing_chance`` is the ``pointing`` of a peak at a position drawn at random: on a
+        joined source the same, on an odd grid less than a quarter (7 x 7: 9 of 49 cells lie mostly in a quadrant)."""
 
         def mean(parts: list[Tensor]) -> float:
             joined = torch.cat(parts) if parts else torch.empty(0)
             return round(float(joined.mean()), 4) if joined.numel() else float("nan")
 
         groups = sorted(self.masses)
-        total_words = sum(words for _, words in self.chance)
+        total_words = sum(words for *_, words in self.chance)
+
+        def per_word(column: int) -> float:
+            return round(sum(row[column] * row[-1] for row in self.chance) / total_words, 4) if total_words else float("nan")
+
         found = {
-            "chance": round(sum(share * words for share, words in self.chance) / total_words, 4) if total_words else float("nan"),
+            "chance": per_word(0),
             "mass": mean([part for group in groups for part in self.masses[group]]),
+            "pointing_chance": per_word(1),
             "pointing": mean([part for group in groups for part in self.hits[group]]),
             "by_group": {
                 group: {"words": int(sum(len(part) for part in self.masses[group])), "mass": mean(self.masses[group]), "pointing": mean(self.hits[group])}
