@@ -267,3 +267,44 @@ def test_each_rank_takes_its_own_gpu_or_the_only_one_it_sees():
     assert second.own_gpu(visible=2) == 1 and second.own_gpu(visible=1) == 0
     with pytest.raises(UserError, match="LOCAL_RANK 2 has no GPU of its own: this process sees 2 CUDA device"):
         Distributed(rank=2, world_size=3, local_rank=2, local_world_size=3).own_gpu(visible=2)
+
+
+def _timeout_worker(rank: int, world: int, port: int, report: str) -> None:
+    """Rank 0 works alone for longer than a step may wait (the others wait on the rank-0 group), then rank 1 stalls
+    in a step's collective: rank 0's wait there must end with the step's limit."""
+    import datetime
+    import time
+
+    from attnkit import distributed
+
+    _rank_environment(rank, world, port)
+    distributed.STEP_TIMEOUT = datetime.timedelta(seconds=2)
+    job = Distributed.from_environment()
+    job.start(torch.device("cpu"))
+    found = {"rank_0_work": job.on_main(lambda: time.sleep(4) or "done")}  # past the step's limit: still waited for
+    if rank == 1:
+        time.sleep(8)  # stalled without dying
+    started = time.monotonic()
+    try:
+        job.sum(torch.ones(1))
+        found["step"] = "summed"
+    except RuntimeError:
+        found["step"] = "timed out"
+    found["waited_s"] = time.monotonic() - started
+    Path(f"{report}-{rank}.json").write_text(json.dumps(found))
+    distributed.end_process(0)
+
+
+@pytest.mark.slow
+def test_a_stalled_rank_fails_a_step_in_minutes_while_rank_0s_own_work_may_take_hours(tmp_path):
+    """Every collective waited 2 hours: a rank that stopped without dying (SIGSTOP, a stalled read) held the
+    others that long. A step's collectives now wait STEP_TIMEOUT, the waits for rank 0's work their own limit."""
+    ranks = mp.spawn(_timeout_worker, args=(2, free_port(), str(tmp_path / "report")), nprocs=2, join=False)
+    try:
+        ranks.join(timeout=60)
+    finally:
+        for process in ranks.processes:  # a rank still waiting (the fault this test is about) must not outlive it
+            process.kill()
+    rank_0 = json.loads((tmp_path / "report-0.json").read_text())
+    assert rank_0["rank_0_work"] == "done"
+    assert rank_0["step"] == "timed out" and rank_0["waited_s"] < 7

@@ -169,3 +169,21 @@ def test_a_user_error_raised_in_a_loader_worker_is_its_own_one_line(capsys):
 
     assert run_cli(main) == 2
     assert capsys.readouterr().err == "error: photos/nope.jpg: file not found\n"
+
+
+def test_under_torchrun_a_rank_other_than_0_says_which_it_is(capsys, monkeypatch):
+    """Every rank of a torchrun job printed the same line, and two prints (text, then the newline) ran together."""
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert run_cli(_raising(UserError("checkpoint path is a directory"))) == 2
+    assert capsys.readouterr().err == "error (rank 1 of 2): checkpoint path is a directory\n"
+    monkeypatch.setenv("RANK", "0")
+    assert run_cli(_raising(UserError("checkpoint path is a directory"))) == 2
+    assert capsys.readouterr().err == "error: checkpoint path is a directory\n"
+
+
+def test_too_few_examples_for_the_processes_is_said_as_such():
+    from attnkit.train import too_few_examples
+
+    assert too_few_examples(0, 1).startswith("no usable training examples")
+    assert too_few_examples(1, 2) == "1 usable training examples for 2 processes: each process needs at least one (train with fewer processes, or on more data)"

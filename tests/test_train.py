@@ -315,3 +315,24 @@ def test_train_compile_compiles_the_repeated_parts_and_trains_as_eager(small_toy
     assert compiled.keys() == eager.keys()
     for name in eager:
         torch.testing.assert_close(compiled[name], eager[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_resuming_with_another_number_of_processes_says_what_becomes_of_the_global_batch():
+    """The batch is per process: a 2-process run resumed by one process took twice the steps at the same learning
+    rate, and the only warning was about the random streams."""
+    from types import SimpleNamespace
+
+    from attnkit.config import TrainConfig
+    from attnkit.distributed import Distributed
+    from attnkit.train import Trainer
+
+    said = []
+    trainer = SimpleNamespace(
+        distributed=Distributed(), config=TrainConfig(batch_size=32), log=said.append, progress=SimpleNamespace(epoch=2), device=torch.device("cpu")
+    )
+    Trainer._restore_random_state(trainer, {"rng": [{"cpu": torch.get_rng_state()}] * 2})
+    assert "global batch is now 32 examples (it was 64 examples)" in said[0] and "--set train.batch_size=64" in said[0]
+    trainer.config = TrainConfig(batch_tokens=1001)
+    trainer.distributed = Distributed(0, 3, 0, 3)
+    Trainer._restore_random_state(trainer, {"rng": [{"cpu": torch.get_rng_state()}] * 2})
+    assert "now up to 3003 target tokens (it was up to 2002 target tokens)" in said[1] and "--set" not in said[1]

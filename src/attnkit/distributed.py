@@ -31,9 +31,12 @@ from attnkit.errors import UserError
 
 T = TypeVar("T")
 
-# Rank 0 validates and may compute a feature cache while the others wait in a collective;
-# NCCL's default of 10 minutes would end a long validation with a timeout.
-COLLECTIVE_TIMEOUT = datetime.timedelta(hours=2)
+# Two limits on how long a rank waits for the others. A step's collectives (the gradients, the loss's counts) wait
+# for ranks doing the same work, so a rank that stops without dying (a stalled read, a deadlock) fails the job in
+# STEP_TIMEOUT; it had held the others for the whole of the longer limit. The waits for rank 0 alone (it validates,
+# writes checkpoints, computes a feature cache) run on a group of their own with RANK_0_WORK_TIMEOUT.
+STEP_TIMEOUT = datetime.timedelta(minutes=10)
+RANK_0_WORK_TIMEOUT = datetime.timedelta(hours=2)
 
 
 def end_process(code: int) -> NoReturn:
@@ -177,16 +180,19 @@ class Distributed:
             device = torch.device("cuda", self.own_gpu(torch.cuda.device_count()))
             torch.cuda.set_device(device)
         if not dist.is_initialized():
-            dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", timeout=COLLECTIVE_TIMEOUT)
+            dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", timeout=STEP_TIMEOUT)
+        _WAITING_FOR_RANK_0[:] = [dist.new_group(timeout=RANK_0_WORK_TIMEOUT)]  # every rank makes it, in the same order
         return device
 
     def stop(self) -> None:
         if self.enabled and dist.is_initialized():
-            dist.destroy_process_group()
+            dist.destroy_process_group()  # every group, the waits' too
+            _WAITING_FOR_RANK_0.clear()
 
     def barrier(self) -> None:
+        """Wait until every rank is here, for as long as rank 0's own work may take (RANK_0_WORK_TIMEOUT)."""
         if self.enabled:
-            dist.barrier()
+            dist.barrier(group=_waiting_for_rank_0())
 
     @contextlib.contextmanager
     def main_first(self) -> Iterator[None]:
@@ -211,7 +217,7 @@ class Distributed:
                 outcome = [work(), None]
             except Exception as error:
                 failure, outcome = error, [None, str(error) if isinstance(error, UserError) else f"rank 0 failed ({type(error).__name__}: {error})"]
-        dist.broadcast_object_list(outcome, src=0)
+        dist.broadcast_object_list(outcome, src=0, group=_waiting_for_rank_0())
         if failure is not None:
             raise failure
         if outcome[1] is not None:
@@ -233,6 +239,15 @@ class Distributed:
         total = tensor.clone()
         dist.all_reduce(total)
         return total
+
+
+_WAITING_FOR_RANK_0: list[Any] = []  # the process group of the waits for rank 0's work, once Distributed.start made it
+
+
+def _waiting_for_rank_0() -> Any:
+    """The group whose collectives wait for rank 0's own work; the default group where it was not made (a process
+    group started by other code)."""
+    return _WAITING_FOR_RANK_0[0] if _WAITING_FOR_RANK_0 else None
 
 
 class ShardedBatchSampler(torch.utils.data.Sampler[list[int]]):

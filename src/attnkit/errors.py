@@ -45,7 +45,7 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
         sys.stdout.flush()  # so a closed pipe shows here, not in the interpreter's flush at exit
         return code
     except UserError as error:
-        print(f"error: {unwrapped_message(error)}", file=sys.stderr)
+        _say_error(unwrapped_message(error))
         return 2
     except BrokenPipeError:
         if not _stdout_closed():  # another pipe (a worker, a subprocess): that is a bug to see
@@ -55,16 +55,26 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
     except OSError as error:
         if error.errno not in ENVIRONMENT_ERRORS:
             raise
-        print(f"error: {describe_os_error(error)}", file=sys.stderr)
+        _say_error(describe_os_error(error))
         return 2
     except (MemoryError, RuntimeError) as error:
         if not out_of_memory(error):
             raise
-        print(f"error: not enough memory ({first_line(error)[:200]}); make the model's sizes, the batch or the beam smaller", file=sys.stderr)
+        _say_error(f"not enough memory ({first_line(error)[:200]}); make the model's sizes, the batch or the beam smaller")
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _say_error(text: str) -> None:
+    """``error: text`` on standard error, in one write (the ranks of a torchrun job share the terminal, and two
+    prints each could run together on one line). A rank other than 0 says which it is: each rank meets an error in
+    the data or the config itself, and a rank's own (its GPU) is its alone."""
+    rank, world = os.environ.get("RANK", "0"), os.environ.get("WORLD_SIZE", "1")
+    who = f" (rank {rank} of {world})" if world not in ("", "1") and rank not in ("", "0") else ""
+    sys.stderr.write(f"error{who}: {text}\n")
+    sys.stderr.flush()
 
 
 # How torch's DataLoader re-raises an error of a worker process: the same type, its message the worker's traceback.

@@ -40,7 +40,7 @@ from attnkit.data.text import collate_pairs, read_parallel, resolve_languages
 from attnkit.errors import UserError
 from attnkit.losses import LossOutput, Seq2SeqObjective
 from attnkit.model import MULTITASK, build_multitask_model, describe_parameters
-from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
+from attnkit.train import RunContext, TaskSetup, TrainingProgress, too_few_examples, train_recipe, validation_subset
 from attnkit.supervision import describe_gold
 from attnkit.text_pipeline import TextPipeline
 from attnkit.translation import translation_attention_drawer, translation_training_set, translation_validation
@@ -136,10 +136,8 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
     share = config.train.caption_share
     for what, folder, examples, task_share in (("caption", config.data.path, caption_set, share), ("translation", config.data.text_path, text_set, 1.0 - share)):
         if task_share > 0 and len(examples) < context.distributed.world_size:  # a task given batches must have some
-            raise UserError(
-                f"{folder}: no usable {what} training examples (is the training split empty, or is every example over the"
-                f" length limits?); train.caption_share={share} gives the {what}s {task_share:.0%} of the batches"
-            )
+            problem = too_few_examples(len(examples), context.distributed.world_size, f"{what} training examples")
+            raise UserError(f"{folder}: {problem}; train.caption_share={share} gives the {what}s {task_share:.0%} of the batches")
     seed = config.train.seed
 
     def batches(limit: BatchLimit) -> TaskMixSampler:

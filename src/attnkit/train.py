@@ -239,9 +239,13 @@ class Trainer:
     def _restore_random_state(self, training: dict[str, Any]) -> None:
         states = training.get("rng") or [{"cpu": training["torch_rng"]}]  # "torch_rng": checkpoints before several ranks were saved
         if len(states) != self.distributed.world_size:
+            saved, now, limit = len(states), self.distributed.world_size, BatchLimit.of(self.config)
+            setting, value = ("train.batch_tokens", limit.tokens) if limit.tokens else ("train.batch_size", limit.size)
+            keep = f"; to keep it, resume with --set {setting}={value * saved // now}" if value * saved % now == 0 else ""
             self.log(
-                f"warning: the checkpoint was written by {len(states)} process(es), this run has {self.distributed.world_size}; "
-                "random streams (dropout, scheduled sampling) start afresh, so the result differs from an uninterrupted run"
+                f"warning: the checkpoint was written by {saved} process(es), this run has {now}. The batch is per process, so a step's"
+                f" global batch is now {limit.times(now)} (it was {limit.times(saved)}), at the same learning rate{keep}. Random"
+                " streams (dropout, scheduled sampling) start afresh: the result differs from an uninterrupted run"
             )
             torch.manual_seed(self.config.seed + self.distributed.rank + 1000 * self.progress.epoch)
             return
@@ -478,6 +482,13 @@ class TaskSetup:
 Prepare = Callable[[ExperimentConfig, "Checkpoint | None", RunContext], TaskSetup]
 
 
+def too_few_examples(count: int, processes: int, what: str = "training examples") -> str:
+    """The message for a training set that cannot give each of ``processes`` an example."""
+    if count == 0:
+        return f"no usable {what} (is the training split empty, or is every example over the length limits?)"
+    return f"{count} usable {what} for {processes} processes: each process needs at least one (train with fewer processes, or on more data)"
+
+
 def train_recipe(
     config: ExperimentConfig,
     task: str,
@@ -515,7 +526,7 @@ def train_recipe(
         for note in setup.notes:
             log(note)
         if len(setup.dataset) < distributed.world_size:
-            raise UserError("no usable training examples (is the training split empty, or is every example over the length limits?)")
+            raise UserError(too_few_examples(len(setup.dataset), distributed.world_size))
         if setup.validation_examples < 1:
             raise UserError("the validation split is empty: training validates every epoch")
         torch.manual_seed(setup.config.train.seed + distributed.rank)  # dropout and scheduled sampling differ per rank
