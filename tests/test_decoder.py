@@ -186,3 +186,17 @@ def test_label_smoothing_never_pushes_pad_or_bos_up():
     assert (gradients[0.2][..., specials][real] > 0).all()
     assert (gradients[0.2][~real] == 0).all()
     assert not torch.allclose(gradients[0.2], gradients[0.0])  # smoothing does move the other words
+
+
+def test_a_cell_the_decoder_cannot_step_is_refused_when_it_is_built(monkeypatch):
+    """A cell added to cells.CELLS alone trained a Luong decoder's teacher-forced pass, then failed at the first
+    step of validation (torch.gru_cell with an nn.RNN's weights)."""
+    from torch import nn
+
+    from attnkit import cells
+    from attnkit.config import DecoderConfig
+    from attnkit.decoders.rnn import RNNDecoder
+
+    monkeypatch.setitem(cells.CELLS, "rnn_tanh", nn.RNN)
+    with pytest.raises(ValueError, match="steps gru and lstm cells only"):
+        RNNDecoder(DecoderConfig(rnn="rnn_tanh", embedding_size=8, hidden_size=8, attention_size=8), 20, 8, 8)

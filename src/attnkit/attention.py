@@ -92,8 +92,10 @@ def entmax15(scores: Tensor) -> Tensor:
 
 
 SOFTMAX = "softmax"
-# Every normaliser by its config name (decoder.normaliser): adding one is its function above and one entry here.
+# Every normaliser by its config name (decoder.normaliser): adding one is its function above and one entry here
+# (and, if it gives exactly 0 to any score 4 below the best, one in ZERO_FAR_BELOW).
 NORMALISERS = {SOFTMAX: lambda scores: torch.softmax(scores, dim=-1), "sparsemax": sparsemax, "entmax15": entmax15}
+ZERO_FAR_BELOW = {"sparsemax", "entmax15"}  # the sort-based maps: masked positions are filled in 4 below the best
 
 
 def normalise(scores: Tensor, mask: Tensor | None, normaliser: str) -> Tensor:
@@ -103,8 +105,9 @@ def normalise(scores: Tensor, mask: Tensor | None, normaliser: str) -> Tensor:
     dtype, scores = scores.dtype, scores.float()
     if mask is None:
         return NORMALISERS[normaliser](scores).to(dtype)
-    if normaliser == SOFTMAX:
-        return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).to(dtype)
+    if normaliser not in ZERO_FAR_BELOW:  # softmax, and any map that weighs exp(score): -inf at a masked position is 0
+        weights = NORMALISERS[normaliser](scores.masked_fill(~mask, float("-inf")))
+        return (weights if normaliser == SOFTMAX else weights.masked_fill(~mask, 0.0)).to(dtype)
     # Both sparse maps give exactly 0 to a score 4 below the best: sparsemax's tau is at least the best score minus 1,
     # entmax15's at least half the best minus 1 (its scores are halved), so a masked position filled in there gets 0
     # and leaves the real positions' weights as if it were not there; a finite fill keeps the sorts and sums free of

@@ -83,6 +83,9 @@ class RNNState:
         return replace(self, **self._rows(rows), **per_source)
 
 
+STEPPED_CELLS = ("gru", "lstm")  # the cells _cell_step runs one step of, each by its fused kernel
+
+
 class RNNDecoder(nn.Module):
     """The ``rnn`` decoder family: one RNN, one attention, the styles above."""
 
@@ -94,6 +97,8 @@ class RNNDecoder(nn.Module):
         self.config = config
         hidden, embedding = config.hidden_size, config.embedding_size
         self.readout_size = embedding if config.tie_embeddings else (config.readout_size or hidden)
+        if config.rnn not in STEPPED_CELLS:  # a cell added to cells.CELLS alone would train, then fail at its first step
+            raise ValueError(f"the RNN decoder steps {' and '.join(STEPPED_CELLS)} cells only (RNNDecoder._cell_step), not {config.rnn!r}")
         self.is_lstm = config.rnn == "lstm"
         self.reading_offset = STYLES[config.style]  # see STYLES
         self.feeds_input = config.style == "luong" and config.input_feeding

@@ -28,13 +28,12 @@ from attnkit.precision import to_fp32, without_autocast
 
 NO_RNN = "none"  # memory = embedding + position code: each position holds only its word
 RNNS = (*CELLS, NO_RNN)  # the choices of text_encoder.rnn
-FAMILIES = ("rnn", "transformer")  # the choices of text_encoder.family
 POSITIONS = ("sinusoidal", "learned")  # the choices of text_encoder.positions (transformer)
 
 
 def build_text_encoder(config: TextEncoderConfig, vocab_size: int, pad_index: int = 0) -> nn.Module:
-    """The text encoder of ``config.family``."""
-    return (TransformerTextEncoder if config.family == "transformer" else TextEncoder)(config, vocab_size, pad_index)
+    """The text encoder of ``config.family`` (:data:`FAMILIES`)."""
+    return FAMILIES[config.family](config, vocab_size, pad_index)
 
 
 def _real_positions(ids: Tensor, lengths: Tensor) -> Tensor:
@@ -146,3 +145,8 @@ class TextEncoder(nn.Module):
         directions = 2 if self.config.bidirectional else 1
         summary = torch.cat(list(final[-directions:]), dim=-1)  # top layer, last forward (+ first backward) state: (B, D)
         return EncoderOutput(memory=memory, mask=mask, init_state=summary, layout=Tokens(lengths))
+
+
+# Every text encoder family by its config name (text_encoder.family), as decoders.FAMILIES has the decoders': a new
+# family is its class above and one entry here.
+FAMILIES: dict[str, type[nn.Module]] = {"rnn": TextEncoder, "transformer": TransformerTextEncoder}
