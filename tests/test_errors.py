@@ -36,6 +36,7 @@ def test_a_user_error_is_one_line_and_exit_code_2(capsys):
         (getattr(errno, "EDQUOT", errno.ENOSPC), "Disk quota exceeded", "free some space"),
         (errno.EACCES, "Permission denied", "check the permissions"),
         (errno.EROFS, "Read-only file system", "write elsewhere"),
+        (errno.ENAMETOOLONG, "File name too long", "give a shorter name"),  # had been a traceback in every command
     ],
 )
 def test_a_full_disk_or_a_refused_write_is_one_line_and_exit_code_2(code, text, hint, capsys):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from attnkit.errors import UserError
 from attnkit.files import json_text, write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,3 +85,21 @@ def test_json_is_utf8_whatever_bytes_a_file_name_held():
     and the file was not UTF-8 (attnkit evaluate --source $'s\\xff.fr' > scores.json)."""
     text = json_text({"source": "s\udcff.fr", "k\udcfe": ["\ud800", "plain", "cœur"]})
     assert strict(text.encode("utf-8").decode("utf-8")) == {"source": "s\\xff.fr", "k\\xfe": ["\\ud800", "plain", "cœur"]}
+
+
+def test_outputs_behind_a_dangling_link_or_in_latex_are_refused_before_any_work(tmp_path):
+    """A link to a missing folder (an unmounted drive) passed the checks, and mkdir failed after the decoding with
+    FileExistsError's traceback; a .pgf figure needs xelatex, which matplotlib looked for only when saving."""
+    import argparse
+
+    from attnkit.cli import check_output_file, figure_suffixes, seconds
+    from attnkit.data.folder import read_dataset_info
+
+    (tmp_path / "figures").symlink_to(tmp_path / "unmounted")
+    with pytest.raises(UserError, match="figures is a link to .*unmounted, which does not exist"):
+        check_output_file(tmp_path / "figures" / "a.png", "--attention-png", figure=True)
+    assert ".pgf" not in figure_suffixes() and ".svg" in figure_suffixes()
+    with pytest.raises(argparse.ArgumentTypeError, match="at most"):
+        seconds("1e300")  # serve --timeout: a socket's limit is about 3e9 seconds
+    with pytest.raises(UserError, match="relative to the current folder"):
+        read_dataset_info("no/such/data")

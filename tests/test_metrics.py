@@ -112,3 +112,21 @@ def test_caption_words_drop_what_cocos_tokenizer_drops():
 
     assert {mark for mark in PUNCTUATIONS if not mark.startswith("-") or mark in ("-", "--")} <= PUNCTUATION  # -LRB- and kin: no tokenizer here makes them
     assert caption_words(["A", "man", "holds", "a", "``", "free", "hugs", "''", "sign", "...", "--", "Tom", "'s"]) == ["a", "man", "holds", "a", "free", "hugs", "sign", "tom", "'s"]
+
+
+def test_a_meteor_scorer_that_fails_is_a_note_not_a_hang(tmp_path, monkeypatch):
+    """A java that does not start (or a missing jar) gave pycocoevalcap's ValueError or BrokenPipeError, and then its
+    scorer's __del__ waited for the lock its compute_score had kept: the command never ended."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("pycocoevalcap")
+    fake = tmp_path / "java"
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    code = "from attnkit import metrics; print(metrics.caption_scores([['a', 'dog']], [[['a', 'dog', 'runs']]], log=print)['meteor'])"
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "note: METEOR skipped: the METEOR scorer failed" in done.stdout and done.stdout.strip().endswith("None")
+    assert "Traceback" not in done.stderr

@@ -61,6 +61,18 @@ def positive_number(text: str) -> float:
     return value
 
 
+def seconds(text: str) -> float:
+    """An argparse ``type=``: a positive number of seconds up to a year (a socket refuses a timeout past about
+    3e9 seconds: each request would end in socketserver's OverflowError)."""
+    value = positive_number(text)
+    if value > YEAR_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be at most {YEAR_SECONDS:,} seconds (a year), got {text}")
+    return value
+
+
+YEAR_SECONDS = 365 * 24 * 3600
+
+
 # ---------------------------------------------------------------- search options
 
 
@@ -222,13 +234,16 @@ def figure_suffixes() -> list[str]:
     """Suffixes matplotlib can save a figure as (``.png``, ``.pdf``, ``.svg`` ...)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    return sorted(f".{suffix}" for suffix in FigureCanvasAgg.get_supported_filetypes())
+    # pgf is LaTeX code that matplotlib writes by running xelatex, which it may not find only after the decoding
+    return sorted(f".{suffix}" for suffix in FigureCanvasAgg.get_supported_filetypes() if suffix != "pgf")
 
 
 def _check_folder_for(path: Path, what: str, writable: bool) -> None:
     """``path`` is a folder, or can be created as one: its nearest existing ancestor is a (writable) folder."""
     existing = path
     while not existing.exists() and existing != existing.parent:
+        if existing.is_symlink():  # a link to a folder not there (an unmounted drive): mkdir would fail after the work
+            raise UserError(f"{what}: {existing} is a link to {os.readlink(existing)}, which does not exist")
         existing = existing.parent
     if not existing.is_dir():
         raise UserError(f"{what}: {existing} is a file, not a folder")

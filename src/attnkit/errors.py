@@ -24,6 +24,7 @@ ENVIRONMENT_ERRORS = {
     getattr(errno, "EDQUOT", errno.ENOSPC): "free some space or write elsewhere",  # disk quota exceeded (POSIX only)
     errno.EACCES: "check the permissions or write elsewhere",
     errno.EROFS: "write elsewhere",
+    errno.ENAMETOOLONG: "give a shorter name",  # a path component over the file system's 255 bytes
 }
 
 

@@ -3,6 +3,7 @@ CIDEr-D per caption as a training reward (:class:`CiderD`, our own, held equal t
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from collections import Counter
@@ -10,6 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
+
+from attnkit.errors import first_line
 
 
 def _reference_streams(references: Sequence[Sequence[str]]) -> list[list[str | None]]:
@@ -104,16 +107,36 @@ def caption_scores(
     scores["meteor"] = None
     missing = why_no_meteor() if meteor else None
     if meteor and missing is None:
-        from pycocoevalcap.meteor.meteor import Meteor
-
-        value, _ = Meteor().compute_score(gold, generated)
-        scores["meteor"] = round(100 * value, 2)
-    elif meteor:
+        value, missing = _meteor(gold, generated)
+        scores["meteor"] = None if value is None else round(100 * value, 2)
+    if meteor and missing is not None:
         log(f"note: METEOR skipped: {missing}")
     with warnings.catch_warnings():  # NLTK warns when an n-gram order has no match; the score (0 there) is still right
         warnings.simplefilter("ignore", UserWarning)
         scores["bleu4_nltk"] = round(100 * corpus_bleu(refs, hyps), 2)
     return scores
+
+
+def _meteor(gold: dict, generated: dict) -> tuple[float | None, str | None]:
+    """pycocoevalcap's METEOR of ``generated`` against ``gold``, or None and why it failed. Its scorer runs a Java
+    process and takes a lock it keeps when that process fails (a java that does not start, a missing jar): its
+    __del__ then waits for the lock at exit, for ever. So a failure closes the process and frees the lock here."""
+    from pycocoevalcap.meteor.meteor import Meteor
+
+    scorer = None
+    try:
+        scorer = Meteor()
+        value, _ = scorer.compute_score(gold, generated)
+        return value, None
+    except (OSError, ValueError) as error:  # BrokenPipeError writing to it, b'' where it should have printed a score
+        if scorer is not None:
+            scorer.meteor_p.kill()
+            with contextlib.suppress(OSError):
+                scorer.meteor_p.stdin.close()  # before its __del__ does, which would flush into the broken pipe
+            scorer.meteor_p.wait()
+            if scorer.lock.locked():
+                scorer.lock.release()
+        return None, f"the METEOR scorer failed ({first_line(error)}; it runs Java with pycocoevalcap's meteor-1.5.jar)"
 
 
 def coco_inputs(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]) -> tuple[dict, dict]:

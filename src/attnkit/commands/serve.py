@@ -18,7 +18,7 @@ import errno
 import sys
 from collections.abc import Sequence
 
-from attnkit.cli import int_in_range, positive_number
+from attnkit.cli import int_in_range, positive_number, seconds
 from attnkit.data.images import MAX_PIXELS
 from attnkit.errors import UserError
 from attnkit.serve import MAX_CONNECTIONS, SOCKET_TIMEOUT, Models, TryPage, make_server
@@ -34,7 +34,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-upload-mb", type=positive_number, default=20.0, help="largest request accepted, in MB")
     parser.add_argument("--max-pixels", type=int_in_range(1), default=MAX_PIXELS, help="largest photo accepted, in pixels (width x height)")
     parser.add_argument("--max-connections", type=int_in_range(1), default=MAX_CONNECTIONS, help="connections served at once; one more is answered 503 (busy)")
-    parser.add_argument("--timeout", type=positive_number, default=SOCKET_TIMEOUT, help="seconds a client may keep the server waiting in a read or a write")
+    parser.add_argument("--timeout", type=seconds, default=SOCKET_TIMEOUT, help="seconds a client may keep the server waiting in a read or a write")
     parser.add_argument("--no-importance", action="store_true", help="compare without the importance maps (faster: a backbone pass per grid cell saved)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--quiet", action="store_true", help="no line per request")

@@ -29,7 +29,8 @@ def read_dataset_info(folder: str | Path, task: str | None = None) -> dict:
     """The folder's dataset.json; with ``task``, an error unless the folder holds that kind of dataset."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise UserError(f"data folder not found: {folder} (prepare one with data_scripts/, see docs/data.md)")
+        where = "" if folder.is_absolute() else f", relative to the current folder {Path.cwd()} (recipes name their data relative to the project root: run from there)"
+        raise UserError(f"data folder not found: {folder}{where} (prepare one with data_scripts/, see docs/data.md)")
     info_path = folder / INFO_FILE
     if not info_path.is_file():
         raise UserError(f"{folder} is not a prepared dataset: it has no {INFO_FILE}")
