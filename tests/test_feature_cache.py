@@ -213,3 +213,23 @@ def test_an_entry_that_loads_but_is_no_feature_grid_of_this_encoder_is_recompute
     last = FeatureCache(tmp_path / "cache", encoder_identity(encoder))
     assert torch.allclose(last.get(photos, encoder.grid_features), truth, atol=1e-2)
     assert torch.load(entries[2], weights_only=True).shape == truth[2].shape
+
+
+def test_a_cache_that_may_only_be_read_still_serves_and_computes_the_rest(tmp_path, weights, monkeypatch, capsys):
+    """caption --cache accepts a read-only cache ("a full cache may be read-only"), yet one image not in it stopped
+    the whole run at the failed write, the cached images' captions too."""
+    import errno
+
+    from attnkit.data import features
+
+    photos, encoder = _photos(tmp_path), _encoder(weights)
+    FeatureCache(tmp_path / "cache", encoder_identity(encoder)).get(photos[:2], encoder.grid_features)
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(features, "save_torch_atomic", read_only)
+    cache = FeatureCache(tmp_path / "cache", encoder_identity(encoder))
+    found = cache.get(photos, encoder.grid_features)
+    assert found.shape[0] == 3 and (cache.stats.hits, cache.stats.misses) == (2, 1)
+    assert capsys.readouterr().err.count("cannot store new features (Read-only file system)") == 1

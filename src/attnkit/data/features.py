@@ -20,8 +20,10 @@ pooled grid, or (C', H', W') the frozen prefix's map when the last blocks fine-t
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +32,7 @@ import torch
 from torch import Tensor
 
 from attnkit.data.images import ImageSource, MosaicFile, load_image_source, require_files
-from attnkit.errors import UserError
+from attnkit.errors import UserError, describe_os_error
 from attnkit.files import content_digest, save_torch_atomic, write_json_atomic
 from attnkit.precision import without_autocast
 
@@ -85,6 +87,7 @@ class FeatureCache:
             why = f"{blocked} is a file, not a folder" if blocked is not None else error.strerror or str(error)
             raise UserError(f"feature cache {root}: cannot keep features in {self.folder} ({why})") from None
         self.shape: torch.Size | None = None  # (C, g, g) of every entry, once one has been computed here
+        self.unwritable = ""  # why new entries cannot be stored (a read-only or full cache), once a write failed
         self.stats = CacheStats()
 
     def kept_in_memory(self) -> "FeatureCache":
@@ -163,8 +166,22 @@ class FeatureCache:
                 features = compute(pixels).to("cpu", torch.float16)  # (B, C, g, g)
             self.shape = features.shape[1:]
             for i, feature in zip(chunk, features):
-                save_torch_atomic(entries[i], feature.clone(), durable=False)  # a damaged entry is recomputed
+                self._keep(entries[i], feature)
                 found[i] = feature
+
+    def _keep(self, entry: Path, feature: Tensor) -> None:
+        """Store one entry. A cache that may only be read (a shared one, read-only or not ours) is said once and gone on
+        without: the features are computed all the same, and the cached ones are still read. A full disk stays an
+        error: the run's own files would fail next."""
+        if self.unwritable:
+            return
+        try:
+            save_torch_atomic(entry, feature.clone(), durable=False)  # a damaged entry is recomputed
+        except OSError as error:
+            if not isinstance(error, PermissionError) and error.errno != errno.EROFS:
+                raise
+            self.unwritable = describe_os_error(error)
+            print(f"warning: feature cache {self.root}: cannot store new features ({error.strerror}); they are computed, not kept", file=sys.stderr)
 
 
 def _file_key(image: ImageSource) -> str:
