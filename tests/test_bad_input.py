@@ -186,8 +186,14 @@ def test_bad_output_paths_fail_before_any_work(script, argv, message, checkpoint
 
 
 def test_a_numbered_figure_path_that_is_a_folder_stops_the_run_with_one_error(checkpoint, tmp_path, capsys):
+    """Sentences given as arguments: every OUT-<n>.png is checked before decoding (it had been found only when its
+    figure came, after the first sentences were decoded). Sentences read from a file: as they come."""
     (tmp_path / "attn-2.png").mkdir()
     code, out, err = outcome(translate.main, ["--checkpoint", checkpoint, "--attention-png", str(tmp_path / "attn.png"), "a b", "c d"], capsys)
+    assert_one_error(code, err, "attn-2.png: is a folder")
+    assert out == "" and not (tmp_path / "attn-1.png").exists()
+    (tmp_path / "in.txt").write_text("a b\nc d\n")
+    code, out, err = outcome(translate.main, ["--checkpoint", checkpoint, "--attention-png", str(tmp_path / "attn.png"), "--input", str(tmp_path / "in.txt")], capsys)
     assert_one_error(code, err, "attn-2.png: is a folder")
     assert len(out.splitlines()) == 2 and (tmp_path / "attn-1.png").stat().st_size > 0
 

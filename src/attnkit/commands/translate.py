@@ -44,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_output_file(args.attention_png, "--attention-png", figure=True)
         if args.input and is_numbered_like(args.input, args.attention_png):  # OUT.png or OUT-<n>.png, known only as they come
             raise UserError(f"--attention-png {args.attention_png} would write {args.input}, the --input file, over it: write the figures elsewhere")
+        for number in range(1, len(args.sentences) + 1):  # sentences as arguments: every OUT-<n>.png is known now
+            check_output_file(numbered_path(args.attention_png, number, len(args.sentences) > 1), "--attention-png", figure=True)
     if args.sentences:
         sentences: Iterator[str] = iter([utf8_argument(sentence, f"sentence {number}") for number, sentence in enumerate(args.sentences, 1)])
     elif args.input:
