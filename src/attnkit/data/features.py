@@ -87,7 +87,7 @@ class FeatureCache:
             why = f"{blocked} is a file, not a folder" if blocked is not None else error.strerror or str(error)
             raise UserError(f"feature cache {root}: cannot keep features in {self.folder} ({why})") from None
         self.shape: torch.Size | None = None  # (C, g, g) of every entry, once one has been computed here
-        self.unwritable = ""  # why new entries cannot be stored (a read-only or full cache), once a write failed
+        self.unwritable = ""  # why new entries cannot be stored (a cache that may only be read), once a write failed
         self.stats = CacheStats()
 
     def kept_in_memory(self) -> "FeatureCache":
@@ -137,7 +137,6 @@ class FeatureCache:
         if self.kept is not None:
             self.kept.update((entries[i], feature) for i, feature in found.items())
         return torch.stack([found[i] for i in range(len(paths))]) if paths else torch.empty(0)
-
 
     @staticmethod
     def _read(entry: Path) -> Tensor | None:
