@@ -336,3 +336,19 @@ def test_resuming_with_another_number_of_processes_says_what_becomes_of_the_glob
     trainer.distributed = Distributed(0, 3, 0, 3)
     Trainer._restore_random_state(trainer, {"rng": [{"cpu": torch.get_rng_state()}] * 2})
     assert "now up to 3003 target tokens (it was up to 2002 target tokens)" in said[1] and "--set" not in said[1]
+
+
+def test_a_frozen_encoder_s_gradients_do_not_shrink_the_clipped_steps_of_the_rest(toy_data, tmp_path):
+    """Clipping measured every parameter's gradient: an encoder held still (text_encoder.frozen_steps) moved nothing
+    but made the norm larger, so the decoder's clipped steps were smaller than without it."""
+    from attnkit.optim import LearningRateSchedule
+
+    config = toy_config(toy_data, tmp_path, "train.epochs=1", "train.clip_norm=0.001")  # small enough to clip every step
+    trainer = toy_trainer(config, read_parallel(toy_data, "train", "src", "tgt")[:8], tmp_path, score=1.0)
+    encoder = list(trainer.model.encoders.parameters())
+    rest = [p for name, p in trainer.model.named_parameters() if not name.startswith("encoders.")]
+    trainer.optimizer = torch.optim.Adam([{"params": encoder, "frozen_steps": 100}, {"params": rest}], lr=1e-3)
+    trainer.schedule = LearningRateSchedule(trainer.optimizer, config.train)
+    trainer.train_step(next(iter(trainer.loader)))
+    assert torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in rest])).item() == pytest.approx(0.001, rel=1e-3)
+    assert torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in encoder])).item() > 0.001  # measured, left unclipped

@@ -54,6 +54,11 @@ class LearningRateSchedule:
             elif group["lr"] == 0.0:  # thawing (or resumed with fewer frozen steps than the rate was set for)
                 group["lr"] = peak * share
 
+    def moving_parameters(self, step: int) -> list[nn.Parameter]:
+        """The parameters of the groups optimizer step ``step`` may move. Gradient clipping measures these alone: a
+        frozen encoder's gradients would count in the norm, and so shrink the other groups' steps, and move nothing."""
+        return [p for group, frozen in zip(self.optimizer.param_groups, self.frozen) if step >= frozen for p in group["params"]]
+
     def moving_rate(self, steps: int) -> float:
         """After ``steps`` optimizer steps, the rate of the first group the last step moved (what a run's log
         reports: a frozen pre-trained encoder's 0 is not the rate training runs at); 0 when it moved none."""

@@ -343,7 +343,7 @@ class Trainer:
         self.scaler.scale(loss).backward()
         if self.config.clip_norm > 0:
             self.scaler.unscale_(self.optimizer)
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
+            nn.utils.clip_grad_norm_(self.schedule.moving_parameters(self.progress.step), self.config.clip_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         if self.weight_average is not None:
