@@ -36,6 +36,16 @@ def test_every_command_is_a_module_with_its_parser_and_a_tasks_wrapper():
         assert f'run(["{name}", *sys.argv[1:]])' in (ROOT / "tasks" / f"{name}.py").read_text()
 
 
+def test_every_option_of_every_command_says_what_it_does():
+    silent = [
+        f"{name} {action.option_strings[0]}"
+        for name in COMMANDS
+        for action in importlib.import_module(f"attnkit.commands.{name}").get_args_parser()._actions
+        if action.option_strings and not action.help
+    ]
+    assert silent == []
+
+
 def test_the_console_script_is_declared():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())

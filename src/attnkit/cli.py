@@ -80,7 +80,11 @@ def add_search_arguments(parser: argparse.ArgumentParser, batch_size: int) -> No
     parser.add_argument("--beam", type=positive_int, default=None, help="beam size (default: the checkpoint's search.beam_size; 1 = greedy)")
     parser.add_argument("--n-best", type=positive_int, default=1, help="print this many outputs per input")
     parser.add_argument("--batch-size", type=positive_int, default=batch_size, help="inputs decoded together in one batched search")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    add_device_argument(parser)
+
+
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="auto", help="auto (CUDA when there is one, else the CPU) | cpu | cuda | cuda:N")
 
 
 def beam_for(args: argparse.Namespace, checkpoint_beam: int) -> int:

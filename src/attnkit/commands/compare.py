@@ -46,7 +46,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnkit.cli import check_output_folder, int_in_range, non_negative_int, positive_int, refuse_replacing_inputs, utf8_argument, warn_overlong_sources
+from attnkit.cli import add_device_argument, check_output_folder, int_in_range, non_negative_int, positive_int, refuse_replacing_inputs, utf8_argument, warn_overlong_sources
 from attnkit.analysis import EXTRACTIONS
 from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer
 from attnkit.data.images import MOSAIC_PHOTOS, open_rgb
@@ -85,7 +85,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     add_importance_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="--scenes: no progress bar over the scenes (without it, the bar shows on a terminal)")
     parser.add_argument("--out", required=True, help="output folder (created; files in it are replaced)")
-    parser.add_argument("--device", default="auto")
+    add_device_argument(parser)
     return parser
 
 

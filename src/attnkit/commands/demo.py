@@ -57,13 +57,13 @@ SCENE_OVERRIDES = ["train.epochs=14", "train.max_minutes=0", "train.lr_patience=
 
 def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnkit demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=str(ROOT / "tasks/configs/demo.yaml"))
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--scenes-config", default=str(ROOT / "tasks/configs/scenes_multitask.yaml"))
+    parser.add_argument("--config", default=str(ROOT / "tasks/configs/demo.yaml"), help="the translator's recipe (default: tasks/configs/demo.yaml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override of the translator's config, e.g. train.epochs=3")
+    parser.add_argument("--scenes-config", default=str(ROOT / "tasks/configs/scenes_multitask.yaml"), help="the joint scene model's recipe (default: tasks/configs/scenes_multitask.yaml)")
     parser.add_argument("--scenes-set", dest="scenes_overrides", action="append", default=[], metavar="KEY=VALUE", help="override of the joint scene model's config")
     parser.add_argument("--scenes", type=positive_int, default=SCENES, help="generated training scenes of the joint model")
     parser.add_argument("--evaluate", type=positive_int, default=100, help="held-out scenes per split in the metrics")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in logs)")
     return parser
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from attnkit.captioning import TASK as CAPTIONING, Captioner
 from attnkit.checkpoint import load_checkpoint
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split, read_flickr8k_captions
-from attnkit.cli import check_input_file, check_output_file, check_output_folder, input_lines, non_negative_int, positive_int, refuse_replacing_inputs, warn_overlong_sources
+from attnkit.cli import add_device_argument, check_input_file, check_output_file, check_output_folder, input_lines, non_negative_int, positive_int, refuse_replacing_inputs, warn_overlong_sources
 from attnkit.data.text import read_parallel
 from attnkit.errors import UserError
 from attnkit.files import json_text
@@ -52,13 +52,13 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--images", metavar="DIR", help="captioning: folder of the images named in --captions")
     parser.add_argument("--captions", metavar="FILE", help="captioning: reference captions, Flickr8k format (image#k<TAB>caption)")
     parser.add_argument("--beam", type=positive_int, default=None, help="beam size (default: the checkpoint's search.beam_size)")
-    parser.add_argument("--batch-size", type=positive_int, default=64)
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="inputs decoded together in one batched search")
     parser.add_argument("--limit", type=non_negative_int, default=0, help="score only the first N pairs or images (0: all)")
     parser.add_argument("--output", metavar="FILE", help="translation: also write the translations here, one per line")
     parser.add_argument("--replace-unk", action="store_true", help="translation: the source word the attention peaks on in place of each <unk>")
     parser.add_argument("--cache", metavar="DIR", help="captioning: feature cache folder for a frozen encoder (default: none)")
     parser.add_argument("--task", choices=tuple(TASKS), help="a joint (multitask) checkpoint with --split: which task to score (another checkpoint does only its own)")
-    parser.add_argument("--device", default="auto")
+    add_device_argument(parser)
     return parser
 
 

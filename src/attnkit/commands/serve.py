@@ -18,7 +18,7 @@ import errno
 import sys
 from collections.abc import Sequence
 
-from attnkit.cli import int_in_range, positive_number, seconds
+from attnkit.cli import add_device_argument, int_in_range, positive_number, seconds
 from attnkit.data.images import MAX_PIXELS
 from attnkit.errors import UserError
 from attnkit.serve import MAX_CONNECTIONS, SOCKET_TIMEOUT, Models, TryPage, make_server
@@ -36,7 +36,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-connections", type=int_in_range(1), default=MAX_CONNECTIONS, help="connections served at once; one more is answered 503 (busy)")
     parser.add_argument("--timeout", type=seconds, default=SOCKET_TIMEOUT, help="seconds a client may keep the server waiting in a read or a write")
     parser.add_argument("--no-importance", action="store_true", help="compare without the importance maps (faster: a backbone pass per grid cell saved)")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    add_device_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no line per request")
     return parser
 
