@@ -156,6 +156,12 @@ def test_joint_training_then_caption_translate_evaluate_and_compare(scenes, tmp_
     assert (out / "comparison.png").stat().st_size > 0 and "<script" in (out / "report.html").read_text()
     assert (out / "importance.png").stat().st_size > 0 and 'id="view"' in (out / "report.html").read_text()
     assert set(statistics["agreement"]["image"]) == {"attention", "input", "windows"} and "importance" in statistics["per_word"][0]
+    assert statistics["unknown_words"] == {"captioner": [], "translator": []}
+    capsys.readouterr()
+    partly = ["--checkpoint", checkpoint, "--image", str(image), "--source", "un grand cercle rouge", "--target", "a large zebra circle", "--out", str(tmp_path / "partly")]
+    assert compare.main(partly) == 0  # forced as <unk>, and said
+    assert "warning: the captioner does not know 1 target word(s) (zebra); each is forced as <unk>" in capsys.readouterr().err
+    assert json.loads((tmp_path / "partly" / "statistics.json").read_text())["unknown_words"] == {"captioner": ["zebra"], "translator": ["zebra"]}
     unknown = ["--checkpoint", checkpoint, "--image", str(image), "--source", "un grand cercle rouge", "--target", "zebra giraffe", "--out", str(tmp_path / "unknown")]
     with pytest.raises(UserError, match="every word of the target sentence 'zebra giraffe' is unknown to the captioner"):
         compare.main(unknown)

@@ -102,6 +102,16 @@ def test_the_form_a_photo_a_sentence_and_both(serving):
     assert 'class="word"' in page and 'id="image-map"' in page and 'id="view"' in page  # the report: maps per word, the importance switch
 
 
+def test_caption_words_a_separate_translator_lacks_are_said_on_the_page(serving, monkeypatch):
+    from attnkit.comparison import AttentionComparer
+
+    monkeypatch.setattr(AttentionComparer, "unknown_words", lambda self, words: {"captioner": [], "translator": [words[0], "<b>"]})
+    photo, french = scene_png()
+    status, page = post(serving(), photo=photo, sentence=french)
+    assert status == 200 and "the translator does not know " in page and "&lt;b&gt;: each such word is compared as &lt;unk&gt;" in page
+    assert "the captioner does not know" not in page
+
+
 @pytest.mark.parametrize(
     ("upload", "options", "status", "message"),
     [

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import sys
 from pathlib import Path
 
 from torch import Tensor
@@ -336,7 +337,19 @@ def write_comparison(
     (``importance``: True for the default estimators, or the settings of :mod:`attnkit.importance`; without them no
     importance.png is written and the report has no view switch)."""
     comparison = comparer.compare([image], [source], None if target is None else [target], heads=True, importance=importance)[0]  # the report's switches
-    return _write_comparison_files(image, comparison, {"target_given": target is not None}, out, title, log, {})
+    extra = {"target_given": target is not None, "unknown_words": _unknown_target_words(comparer, comparison)}
+    return _write_comparison_files(image, comparison, extra, out, title, log, {})
+
+
+def _unknown_target_words(comparer: AttentionComparer, comparison: Comparison) -> dict[str, list[str]]:
+    """Per model, the target words its vocabulary lacks, with a warning for each model that lacks any: such a word is
+    forced as <unk>, so its maps are that token's (the figures label it with the word). A decoded caption too may hold
+    words a separate translator never saw."""
+    unknown = comparer.unknown_words(comparison.target_words[:-1])
+    for model, words in unknown.items():
+        if words:
+            print(f"warning: the {model} does not know {len(words)} target word(s) ({' '.join(words)}); each is forced as <unk>", file=sys.stderr)
+    return unknown
 
 
 def write_mosaic_comparison(
@@ -363,7 +376,8 @@ def write_mosaic_comparison(
     }
     log("localisation (attention on the own input; pointing game): " + ", ".join(f"{m} {100 * v['mass']:.1f}% / {100 * v['pointing']:.1f}%" for m, v in localised["mean"].items()))
     plot = {"source_lengths": found.source_lengths, "own": own}  # the figure draws the sentence borders and the quadrants
-    return _write_comparison_files(found.image, found.comparison, {"target_given": target is not None, "localisation": localised}, out, title, log, plot)
+    extra = {"target_given": target is not None, "unknown_words": _unknown_target_words(comparer, found.comparison), "localisation": localised}
+    return _write_comparison_files(found.image, found.comparison, extra, out, title, log, plot)
 
 
 def _write_comparison_files(image, comparison: Comparison, extra: dict, out: Path, title: str, log, plot: dict) -> list[tuple[Path, str]]:

@@ -260,6 +260,9 @@ class TryPage:
             summary = "".join(lines)
             if image is not None and sentence and self.comparer is not None:
                 comparison = self.comparer.compare([image], [sentence], None, heads=True, importance=self.importance)[0]
+                for model, words in self.comparer.unknown_words(comparison.target_words[:-1]).items():  # a separate translator may lack caption words
+                    if words:
+                        summary += f'<p class="result">the {model} does not know {escape(" ".join(words))}: each such word is compared as &lt;unk&gt;</p>'
                 return render_report(image, comparison, comparison.statistics(), preamble=self.form(sentence=sentence) + summary)
             pictures = "".join(f'<img class="figure" src="{_png_data_url(path)}" alt="attention">' for path in figures)
         return self.page(results=summary + pictures, sentence=sentence)

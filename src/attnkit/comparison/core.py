@@ -198,25 +198,33 @@ class AttentionComparer:
             raise UserError("give a joint checkpoint, or both a captioning and a translation checkpoint")
         return cls(Captioner.from_checkpoint(captioning, device=device), Translator.from_checkpoint(translation, device=device))
 
+    def target_words(self, target: str) -> list[str]:
+        """``target``'s words as both models tokenise it; a :class:`UserError` when they split it differently,
+        when it is empty, or when every word is unknown to one of them."""
+        caption_side, text_side = self.captioner.pipeline, self.translator.pipeline
+        as_caption, as_translation = caption_side.tokenizer.tokenize(target), text_side.target_tokenizer.tokenize(target)
+        if not as_caption:
+            raise UserError("empty target sentence")
+        if as_caption != as_translation:
+            raise UserError(
+                f"the two models split the target sentence differently ({' '.join(as_caption)!r} vs {' '.join(as_translation)!r}); "
+                "give a target sentence both read the same way"
+            )
+        for model, unknown in self.unknown_words(as_caption).items():
+            if len(unknown) == len(as_caption):
+                raise UserError(f"every word of the target sentence {target!r} is unknown to the {model}: there is nothing to compare")
+        return as_caption
+
+    def unknown_words(self, words: Sequence[str]) -> dict[str, list[str]]:
+        """Per model ("captioner", "translator"), the ``words`` its target vocabulary lacks: each is forced as <unk>."""
+        vocabularies = {"captioner": self.captioner.pipeline.vocab, "translator": self.translator.pipeline.target_vocab}
+        return {model: [word for word in words if word not in vocab] for model, vocab in vocabularies.items()}
+
     def _target_ids(self, targets: Sequence[str]) -> tuple[list[list[str]], Tensor, Tensor]:
         """Target words as both models tokenise them (they must agree) and as each model's ids (B, T)."""
-        caption_side, text_side = self.captioner.pipeline, self.translator.pipeline
-        words = []
-        for target in targets:
-            as_caption, as_translation = caption_side.tokenizer.tokenize(target), text_side.target_tokenizer.tokenize(target)
-            if not as_caption:
-                raise UserError("empty target sentence")
-            if as_caption != as_translation:
-                raise UserError(
-                    f"the two models split the target sentence differently ({' '.join(as_caption)!r} vs {' '.join(as_translation)!r}); "
-                    "give a target sentence both read the same way"
-                )
-            for vocab, model in ((caption_side.vocab, "captioner"), (text_side.target_vocab, "translator")):
-                if all(word not in vocab for word in as_caption):
-                    raise UserError(f"every word of the target sentence {target!r} is unknown to the {model}: there is nothing to compare")
-            words.append(as_caption)
-        caption_ids = pad_sequences([caption_side.vocab.encode(w, add_bos=True, add_eos=True) for w in words]).ids
-        text_ids = pad_sequences([text_side.target_vocab.encode(w, add_bos=True, add_eos=True) for w in words]).ids
+        words = [self.target_words(target) for target in targets]
+        caption_ids = pad_sequences([self.captioner.pipeline.vocab.encode(w, add_bos=True, add_eos=True) for w in words]).ids
+        text_ids = pad_sequences([self.translator.pipeline.target_vocab.encode(w, add_bos=True, add_eos=True) for w in words]).ids
         return words, caption_ids, text_ids
 
     def compare(
