@@ -256,6 +256,8 @@ NUMBERS = [
     ("compare", ["--scenes", "2", "--scene-size", "4", "--out", "x"], "argument --scene-size: must be between 8 and 2048"),
     ("compare", ["--scenes", "-1", "--out", "x"], "argument --scenes: must be at least 0, got -1"),
     ("compare", ["--scenes", "2", "--beam", "0", "--out", "x"], "argument --beam: must be at least 1"),
+    ("translate", ["--beam", "100000", "a"], "the beam 100,000 is wider than the "),  # gigabytes a sentence, refused before any decoding
+    ("evaluate", ["--split", "test", "--beam", "100000"], "the beam 100,000 is wider than the "),
 ]  # fmt: skip
 
 

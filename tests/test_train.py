@@ -140,6 +140,15 @@ def test_resume_refuses_a_changed_architecture_and_touches_nothing(toy_data, tmp
     assert {path.name: path.read_bytes() for path in tmp_path.iterdir() if path.is_file()} == before
 
 
+@pytest.mark.parametrize("option", ["train.valid_beam_size", "search.beam_size"])
+def test_a_beam_wider_than_the_vocabulary_is_refused_before_the_first_epoch(toy_data, tmp_path, option):
+    """It was found at the first validation (or by the first `translate`), after an epoch, asking for gigabytes."""
+    config = toy_config(toy_data, tmp_path / "run", "train.epochs=1", f"{option}=100000")
+    with pytest.raises(UserError, match=f"^{option} 100,000 is wider than the [0-9,]+ tokens this model can output"):
+        train_translation(config, progress_bar=False, log=lambda _: None)
+    assert not (tmp_path / "run").exists()
+
+
 def test_an_existing_run_is_not_overwritten(toy_data, tmp_path):
     config = toy_config(toy_data, tmp_path, "train.epochs=1")
     train_translation(config, progress_bar=False, log=lambda _: None)

@@ -225,6 +225,7 @@ class Captioner:
         image gets one Caption with ``error``."""
         results: list[list[Caption] | None] = [None] * len(images)
         vocab = self.pipeline.vocab
+        vocab.check_beam(beam_size or self.search.beam_size)
         for start in range(0, len(images), batch_size):
             chunk = list(range(start, min(start + batch_size, len(images))))
             try:

@@ -284,7 +284,7 @@ class TrainConfig(_Checked):
     max_minutes: float = checked(0.0, at_least(0))  # time budget of training and validation (checkpoint writes not counted): no epoch starts that would, at the last epoch's pace, end past it (0: none)
     ema_decay: float = checked(0.0, BELOW_ONE)  # validate and save an exponential moving average of the weights over the optimizer steps with this decay, e.g. 0.999 (attnkit.optim.WeightAverage; 0: the weights themselves)
     keep_epochs: int = checked(0, at_least(0))  # also keep the weights after each of the last N epochs (epoch-<k>.pt), for attnkit average (0: none)
-    valid_beam_size: int = checked(1, at_least(1))  # beam used by validation decoding (1: greedy)
+    valid_beam_size: int = checked(1, at_least(1))  # beam used by validation decoding (1: greedy; at most the tokens the model can output)
     valid_max_examples: int = checked(0, at_least(0))  # decode at most this many validation examples (0: all)
     device: str = checked("auto", matching(r"auto|cpu|cuda(:[0-9]+)?", "auto, cpu, cuda or cuda:N"))  # auto (cuda when present) | cpu | cuda | cuda:N
     precision: str = checked("auto", one_of(*PRECISIONS, what="precision"))  # auto (fp32 everywhere, TF32 products on CUDA: docs/scaling.md) | fp32 | bf16 | fp16
@@ -303,7 +303,7 @@ class TrainConfig(_Checked):
 
 @dataclass(frozen=True)
 class SearchConfig(_Checked):
-    beam_size: int = checked(5, at_least(1))  # 1: greedy
+    beam_size: int = checked(5, at_least(1))  # 1: greedy; at most the tokens the model can output
     length_penalty: float = checked(1.0, at_least(0))  # GNMT alpha: score / ((5 + len) / 6) ** alpha (0: raw log-probability)
     max_length_ratio: float = checked(2.0, at_least(0))  # stop after max_length_ratio * source length + max_length_offset steps
     max_length_offset: int = checked(10, at_least(0))

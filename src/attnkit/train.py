@@ -39,6 +39,7 @@ from attnkit.distributed import Distributed, ShardedBatchSampler, autocast, choo
 from attnkit.errors import UserError, out_of_memory
 from attnkit.optim import LearningRateSchedule, WeightAverage, load_optimizer_state
 from attnkit.run_folder import RunFolder, epoch_checkpoint_name
+from attnkit.vocab import Vocabulary
 from attnkit.watch import DrawAttention, TensorBoardLog, check_tensorboard
 
 Evaluate = Callable[[nn.Module], dict[str, Any]]
@@ -529,6 +530,9 @@ def train_recipe(
             raise UserError(too_few_examples(len(setup.dataset), distributed.world_size))
         if setup.validation_examples < 1:
             raise UserError("the validation split is empty: training validates every epoch")
+        outputs = Vocabulary(setup.vocabularies["target"])  # a beam the vocabulary cannot fill is refused now, not after an epoch
+        outputs.check_beam(setup.config.train.valid_beam_size, "train.valid_beam_size")
+        outputs.check_beam(setup.config.search.beam_size, "search.beam_size")
         torch.manual_seed(setup.config.train.seed + distributed.rank)  # dropout and scheduled sampling differ per rank
         trainer = Trainer(
             setup.model,

@@ -132,6 +132,7 @@ class Translator:
         peaks on (:func:`replace_unknown_words`).
         """
         beam = beam_size or self.search.beam_size
+        self.pipeline.target_vocab.check_beam(beam)
         results: list[list[Translation] | None] = [None] * len(sentences)
         prepared = {}
         for i, sentence in enumerate(sentences):

@@ -49,6 +49,17 @@ class Vocabulary:
     def __len__(self) -> int:
         return len(self.words)
 
+    @property
+    def output_size(self) -> int:
+        """The tokens a search may output: every one but ``never_output``'s."""
+        return len(self) - len(self.never_output)
+
+    def check_beam(self, beam: int, what: str = "the beam") -> None:
+        """Refuse a beam wider than the tokens a search can output: its first step fills no more beams than that, and
+        each step scores beam x vocabulary candidates per sentence (100,000 x 1,000 is 400 MB a sentence)."""
+        if beam > self.output_size:
+            raise UserError(f"{what} {beam:,} is wider than the {self.output_size:,} tokens this model can output: give at most that (beams of 1 to 10 are usual)")
+
     def __contains__(self, word: str) -> bool:
         return word in self.index
 
