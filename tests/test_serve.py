@@ -4,7 +4,11 @@ and a typed sentence give the report, whose words switch the maps."""
 
 import contextlib
 import io
+import os
+import re
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -173,6 +177,54 @@ def test_the_command_refuses_bad_options_with_one_message(capsys, tmp_path):
         with pytest.raises(SystemExit):
             serve_command.get_args_parser().parse_args(["--checkpoint", "x", *option])
         assert f"argument {option[0]}: {message}" in capsys.readouterr().err
+
+
+def test_a_stop_answers_the_request_under_way_and_each_queued_one_503(models, monkeypatch):
+    page = TryPage(models)
+    working, release = threading.Event(), threading.Event()
+    answer = TryPage.answer
+    monkeypatch.setattr(page, "answer", lambda fields: (working.set(), release.wait(60), answer(page, fields))[-1])
+    server = make_server(page, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = "http://127.0.0.1:{}/".format(server.server_address[1])
+    with ThreadPoolExecutor(3) as pool:
+        under_way = pool.submit(post, url, sentence=scene_png()[1])
+        assert working.wait(60)
+        queued = pool.submit(post, url, sentence="un cercle")
+        time.sleep(0.5)  # it waits behind the first in the model's queue
+        server.shutdown()  # serve_forever returns (Ctrl-C in the command)
+        stopping = pool.submit(server.stop)
+        status, text = queued.result(60)
+        assert status == 503 and "the server is stopping" in text and not under_way.done()
+        release.set()
+        stopping.result(60)
+        status, text = under_way.result(60)
+    assert status == 200 and 'id="translation"' in text
+
+
+def test_sigterm_stops_the_command_once_the_request_under_way_is_answered(joint, tmp_path):
+    """A service manager's stop killed the process at once: the request under way lost its answer and its
+    temporary folder stayed behind."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    command = [sys.executable, "-m", "attnkit", "serve", "--checkpoint", str(joint), "--port", "0", "--device", "cpu"]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(temporary)})
+    try:
+        url = re.search(r"open (http://\S+/)", server.stdout.readline()).group(1)
+        photo, french = scene_png()
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(post, url, photo=photo, sentence=french)  # the comparison: a second or more of work
+            deadline = time.monotonic() + 60
+            while not any(temporary.iterdir()) and time.monotonic() < deadline:  # the request's folder: its work began
+                time.sleep(0.01)
+            server.send_signal(signal.SIGTERM)
+            status, text = answer.result(120)
+        assert status == 200 and 'class="word"' in text
+        assert server.wait(60) == 0 and server.stderr.read().rstrip().endswith("stopped")
+        assert list(temporary.iterdir()) == []
+    finally:
+        server.kill()
+        server.wait()
 
 
 def test_sizes_are_said_in_the_unit_that_shows_them():

@@ -23,8 +23,8 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass
 from email.message import Message
 from email.parser import BytesParser
@@ -222,7 +222,19 @@ class TryPage:
         """The page for a POSTed form whose body waits in ``body`` (spooled to disk past a megabyte). Its parse,
         the photo's decoding and the model work run one request at a time, so the memory they take is one request's
         however many clients send at once (raises BadRequest / UserError with what to tell the user)."""
-        return self.worker.submit(lambda: self.answer(form_fields(content_type, _read_from_start(body)))).result()
+        stopping = BadRequest("the server is stopping: send the form again once it is back", status=503)
+        try:
+            work = self.worker.submit(lambda: self.answer(form_fields(content_type, _read_from_start(body))))
+        except RuntimeError:  # the worker was shut down: the server is stopping
+            raise stopping from None
+        try:
+            return work.result()
+        except CancelledError:  # it was still queued when the server began to stop
+            raise stopping from None
+
+    def stop(self) -> None:
+        """Finish the request being worked on; each one still queued is answered 503 (the server is stopping)."""
+        self.worker.shutdown(wait=True, cancel_futures=True)
 
     def answer(self, fields: dict[str, tuple[bytes, str | None]]) -> str:
         """The page for a submitted form's fields (run by the one worker: see :meth:`answer_form`)."""
@@ -371,11 +383,16 @@ def make_server(
                         break
 
         def do_GET(self) -> None:
-            if urlsplit(self.path).path != "/":
-                return self._send(404, page.page(error=f"no page {urlsplit(self.path).path} here; the page is /"))
-            self._send(200, page.page())
+            with self.server.answering():
+                if urlsplit(self.path).path != "/":
+                    return self._send(404, page.page(error=f"no page {urlsplit(self.path).path} here; the page is /"))
+                self._send(200, page.page())
 
         def do_POST(self) -> None:
+            with self.server.answering():  # a stop waits for this answer to go out
+                self._answer_post()
+
+        def _answer_post(self) -> None:
             if urlsplit(self.path).path != "/":
                 return self._refuse(404, "send the form to /")
             if "Transfer-Encoding" in self.headers:  # chunked bodies have no length to check first
@@ -427,9 +444,31 @@ def make_server(
                     left -= len(chunk)
 
     class Server(ThreadingHTTPServer):
-        daemon_threads = True
+        daemon_threads = True  # an idle kept-alive connection does not hold the process up when it stops
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         slots = threading.BoundedSemaphore(max_connections)
+        answers = threading.Condition()
+        answers_under_way = 0
+
+        @contextlib.contextmanager
+        def answering(self) -> Iterator[None]:
+            with self.answers:
+                self.answers_under_way += 1
+            try:
+                yield
+            finally:
+                with self.answers:
+                    self.answers_under_way -= 1
+                    self.answers.notify_all()
+
+        def stop(self) -> None:
+            """Stop as a service should (Ctrl-C, SIGTERM): take no more connections, finish the request the model is
+            working on and send its answer, answer each queued one 503, all within about ``timeout`` seconds
+            after the model's work; then the process may exit (a temporary folder left by none)."""
+            self.server_close()
+            page.stop()
+            with self.answers:
+                self.answers.wait_for(lambda: self.answers_under_way == 0, timeout=timeout)
 
         def process_request(self, request, client_address) -> None:
             if not self.slots.acquire(blocking=False):  # full: say so now rather than queue without bound

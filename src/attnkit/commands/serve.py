@@ -8,14 +8,16 @@ the head and importance switches).
 
 then open the address it prints (http://127.0.0.1:8000/ by default). It listens on 127.0.0.1 only, unless
 ``--host`` says otherwise (``--host 0.0.0.0``: every network the machine is on; anyone who reaches it can use
-the model). Ctrl-C stops it. Bad uploads get their message on the page and the server stays up.
+the model). Ctrl-C or SIGTERM stops it: the request under way is answered first, any queued one is answered 503. Bad uploads get their message on the page and the server stays up.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from attnkit.cli import add_device_argument, int_in_range, positive_number, seconds
@@ -57,10 +59,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"attnkit serve: this model {models.describe()}; open http://{f'[{shown}]' if ':' in shown else shown}:{port}/ (Ctrl-C stops)", flush=True)
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: listening on {host}: anyone who can reach this machine on port {port} can use the model", file=sys.stderr)
+    if threading.current_thread() is threading.main_thread():  # only there can a signal be handled
+        signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop, handled as Ctrl-C is
     try:
         server.serve_forever()
     except KeyboardInterrupt:
-        print("stopped", file=sys.stderr)
+        print("stopping (a request under way is answered first)", file=sys.stderr, flush=True)
     finally:
-        server.server_close()
+        server.stop()
+    print("stopped", file=sys.stderr)
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
