@@ -193,6 +193,30 @@ def test_rewinding_with_overwrite_rewrites_the_log_to_the_resumed_epoch(toy_data
     assert logged_epochs(tmp_path) == [1, 2, 3]
 
 
+def test_a_kill_while_rewinding_with_overwrite_leaves_a_run_to_resume(toy_data, tmp_path, monkeypatch):
+    """--overwrite removed last.pt and best.pt (the checkpoint being resumed among them) before it wrote the resumed
+    state: a kill in between left no checkpoint at all."""
+    import attnkit.train as train_module
+
+    train_translation(toy_config(toy_data, tmp_path, "train.epochs=2", "train.valid_max_examples=8"), **QUIET)
+    first = load_checkpoint(tmp_path / "last.pt")
+    train_translation(resumed_config(first, "train.epochs=3"), resume=first, **QUIET)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_module, "save_checkpoint", killed)  # at the rewind's first write
+    with pytest.raises(KeyboardInterrupt):
+        train_translation(resumed_config(first, "train.epochs=3"), resume=first, overwrite=True, **QUIET)
+    assert load_checkpoint(tmp_path / "last.pt").training["progress"]["epoch"] == 3  # the run as it stood, whole
+    monkeypatch.undo()
+    train_translation(resumed_config(first, "train.epochs=2"), resume=first, overwrite=True, **QUIET)  # the rewind itself
+    assert load_checkpoint(tmp_path / "last.pt").training["progress"]["epoch"] == 2
+    best = first.training["progress"]["best_epoch"]  # its best.pt is there, unless epoch 3 had replaced it
+    assert (tmp_path / "best.pt").exists() or best == 1
+    assert not (tmp_path / "best.pt").exists() or load_checkpoint(tmp_path / "best.pt").training["progress"]["epoch"] == best
+
+
 def test_resume_repairs_a_log_that_a_kill_left_short_or_long(toy_data, tmp_path):
     train_translation(toy_config(toy_data, tmp_path, "train.epochs=2", "train.valid_max_examples=8"), **QUIET)
     lines = (tmp_path / "log.jsonl").read_text().splitlines()

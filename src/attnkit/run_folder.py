@@ -14,7 +14,7 @@ import contextlib
 import errno
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import torch
@@ -156,12 +156,13 @@ class RunFolder:
         for _, path in epochs[: max(len(epochs) - count, 0)]:
             path.unlink(missing_ok=True)
 
-    def remove_run_files(self) -> list[Path]:
-        """``--overwrite``: remove the run's own files (never anything else in the folder); returns what was removed."""
+    def remove_run_files(self, keep: Collection[str] = ()) -> list[Path]:
+        """``--overwrite``: remove the run's own files (never anything else in the folder), but those named in ``keep``
+        (already rewritten for the new run); returns what was removed."""
         removed = []
         events = sorted((self.path / TENSORBOARD).glob(EVENT_FILES))
         for path in [*(self.path / name for name in RUN_FILES), *self.epoch_checkpoints().values(), *events]:
-            if path.is_file():
+            if path.is_file() and path.name not in keep:
                 path.unlink()
                 removed.append(path)
         with contextlib.suppress(OSError):  # the events' folder goes too when nothing of the user's is left in it

@@ -601,14 +601,21 @@ def _claim(held: contextlib.ExitStack, folder: RunFolder, trainer: Trainer, resu
     held.enter_context(folder.claim())
     check_run_folder(folder, resume, overwrite)  # again under the lock: another process may have started a run meanwhile
     if overwrite and folder.holds_checkpoints() and not _continues(folder, resume):
-        removed = folder.remove_run_files()
-        log(f"--overwrite: removed {', '.join(path.name for path in removed)} of the previous run in {folder.path}")
+        kept: list[str] = []
+        if resume is not None:  # rewinding (or replacing) a run by a resumed one: its state replaces the old first,
+            # each file atomically, and only then do the old run's other files go; a kill at any moment leaves a run
+            # to resume (removing first lost both, the checkpoint being resumed among them)
+            _carry_best(folder, resume, log)
+            save_checkpoint(folder.path / "last.pt", resume)
+            kept = ["last.pt", "best.pt"] if _best_of(folder) == _best_of_progress(resume) else ["last.pt"]
+        removed = folder.remove_run_files(keep=[*kept, "config.yaml", "log.jsonl"] if resume is not None else ())
+        log(f"--overwrite: removed {', '.join(path.name for path in removed) or 'nothing else'} of the previous run in {folder.path}")
     save_config(config, folder.path / "config.yaml")
     if resume is not None:
         if not folder.holds_run():  # a new or cleared folder: a kill before the next epoch ends must not lose the run
             _carry_best(folder, resume, log)  # before last.pt: a kill between the two leaves a folder a resume refills
             save_checkpoint(folder.path / "last.pt", resume)
-        folder.write_log(trainer.history)  # repairs a log a kill left a line short or long
+        folder.write_log(trainer.history)  # repairs a log a kill left a line short or long (and replaces the old run's)
 
 
 def _carry_best(folder: RunFolder, resume: Checkpoint, log) -> None:
@@ -619,7 +626,7 @@ def _carry_best(folder: RunFolder, resume: Checkpoint, log) -> None:
     if progress.get("best_epoch") == progress.get("epoch"):
         save_checkpoint(folder.path / "best.pt", resume)
         return
-    best = (progress.get("run_id"), progress.get("best_epoch"))
+    best = _best_of_progress(resume)
     if _best_of(folder) == best:  # already here: the run's own folder, its last.pt deleted
         return
     beside = RunFolder(resume.read_from.parent) if resume.read_from is not None else None
@@ -628,6 +635,12 @@ def _carry_best(folder: RunFolder, resume: Checkpoint, log) -> None:
         log(f"best.pt (epoch {best[1]}) brought from {beside.path}")
         return
     log(f"note: no best.pt of this run's best epoch ({best[1]}) lies beside the resumed checkpoint; {folder.path} gets one when an epoch beats the best score")
+
+
+def _best_of_progress(checkpoint: Checkpoint) -> tuple[str | None, int | None]:
+    """The run and best epoch a checkpoint's progress names: the best.pt that belongs with it."""
+    progress = checkpoint.training["progress"]
+    return progress.get("run_id"), progress.get("best_epoch")
 
 
 def _best_of(folder: RunFolder) -> tuple[str | None, int | None]:
