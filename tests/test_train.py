@@ -149,6 +149,35 @@ def test_a_beam_wider_than_the_vocabulary_is_refused_before_the_first_epoch(toy_
     assert not (tmp_path / "run").exists()
 
 
+def _set_moment_shape(training):
+    first = next(iter(training["optimizer"]["state"]))
+    training["optimizer"]["state"][first]["exp_avg"] = torch.zeros(2)  # fused Adam stepped with it and crashed the process
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        _set_moment_shape,
+        lambda training: training["optimizer"].update(state=[]),
+        lambda training: training["scheduler"].update(peaks=[0.0]),
+        lambda training: training["progress"].update(epoch=1.5),  # was accepted: "epoch 2.5"
+        lambda training: training["progress"].update(best_score="x"),  # found after a whole epoch
+    ],
+    ids=["moment-shape", "state-list", "zero-peak", "fractional-epoch", "text-score"],
+)
+def test_a_training_state_that_does_not_fit_is_one_message_before_any_work(toy_data, tmp_path, damage):
+    import copy
+
+    train_translation(toy_config(toy_data, tmp_path / "run", "train.epochs=1", "train.valid_max_examples=8"), progress_bar=False, log=lambda _: None)
+    last = load_checkpoint(tmp_path / "run" / "last.pt")
+    training = copy.deepcopy(last.training)
+    damage(training)
+    config = from_dict(ExperimentConfig, apply_overrides(copy.deepcopy(last.config), ["train.epochs=2", f"output_dir={tmp_path / 'resumed'}"]))
+    with pytest.raises(UserError, match="the checkpoint's training state does not fit this run"):
+        train_translation(config, resume=replace(last, training=training), progress_bar=False, log=lambda _: None)
+    assert not (tmp_path / "resumed").exists()
+
+
 def test_an_existing_run_is_not_overwritten(toy_data, tmp_path):
     config = toy_config(toy_data, tmp_path, "train.epochs=1")
     train_translation(config, progress_bar=False, log=lambda _: None)

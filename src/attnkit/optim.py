@@ -90,6 +90,8 @@ class LearningRateSchedule:
             return
         if len(saved_peaks) != len(self.peaks):
             raise ValueError(f"the schedule saved {len(saved_peaks)} parameter groups, this run has {len(self.peaks)}")
+        if not all(isinstance(peak, (int, float)) and peak > 0 for peak in saved_peaks):
+            raise ValueError(f"the schedule saved peak rates {saved_peaks}: each must be a positive number")
         for group, peak, saved_peak in zip(self.optimizer.param_groups, self.peaks, saved_peaks):
             if peak != saved_peak:  # an unchanged peak leaves the rate bit for bit as it was
                 group["lr"] = group["lr"] * peak / saved_peak
@@ -104,6 +106,10 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]
     optimizer.load_state_dict(state)
     for group, own in zip(optimizer.param_groups, settings):
         group.update(own)
+        for parameter in group["params"]:  # torch counts the parameters only: a moment of another shape crashed fused Adam
+            for name, value in optimizer.state.get(parameter, {}).items():
+                if isinstance(value, Tensor) and value.dim() > 0 and value.shape != parameter.shape:
+                    raise ValueError(f"Adam's {name} of a {tuple(parameter.shape)} parameter has the shape {tuple(value.shape)}")
 
 
 class WeightAverage:

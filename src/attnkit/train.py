@@ -59,6 +59,18 @@ class TrainingProgress:
     run_id: str = ""  # names one run across --resume: a folder holding another run is not written over
 
 
+def _saved_progress(saved: dict[str, Any]) -> TrainingProgress:
+    """A checkpoint's progress, each value of its field's type (a TypeError when not: an epoch of 1.5, a best score
+    of "x" would otherwise be found an epoch later, or never)."""
+    progress = TrainingProgress(**saved)
+    for name, kind in TrainingProgress.__annotations__.items():
+        value = getattr(progress, name)
+        wanted = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}[kind]
+        if not isinstance(value, wanted) or (kind != "bool" and isinstance(value, bool)):
+            raise TypeError(f"the saved progress's {name} is {value!r}, not a {kind}")
+    return progress
+
+
 @dataclass(frozen=True)
 class CheckpointContents:
     """What the task adds to every checkpoint so it rebuilds without other files."""
@@ -229,10 +241,10 @@ class Trainer:
                 self.scaler.load_state_dict(training["scaler"])
             # Resuming is a request to go on: a saved stop is decided afresh after the next epoch
             # (with the possibly raised epochs, patience or max_minutes of the resumed config).
-            self.progress = replace(TrainingProgress(**training["progress"]), stopped=False, stop_reason="")
+            self.progress = replace(_saved_progress(training["progress"]), stopped=False, stop_reason="")
             self.history = [record for record in training.get("history", []) if record["epoch"] <= self.progress.epoch]
             self._restore_random_state(training)
-        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as error:  # the weights fit, the rest does not
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as error:  # the weights fit, the rest does not
             if out_of_memory(error):  # Adam's state moving to a full GPU: run_cli says so, not "damaged"
                 raise
             raise UserError(f"the checkpoint's training state does not fit this run ({type(error).__name__}): it is damaged or from an incompatible version") from None
