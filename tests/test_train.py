@@ -214,6 +214,22 @@ def toy_trainer(config, pairs, run_dir, score: float):
     )  # fmt: skip
 
 
+def test_a_run_resumed_as_it_stopped_stops_there_again_and_a_raised_budget_goes_on(toy_data, tmp_path):
+    """A resumed stop was decided only after one more epoch: an epoch past the budget (or the patience) ran."""
+    import copy
+
+    config = toy_config(toy_data, tmp_path, "train.epochs=5", "train.max_minutes=0.0001", "train.valid_max_examples=10")
+    train_translation(config, progress_bar=False, log=lambda _: None)
+    last = load_checkpoint(tmp_path / "last.pt")
+    lines = []
+    same = from_dict(ExperimentConfig, apply_overrides(copy.deepcopy(last.config), []))
+    progress = train_translation(same, resume=last, progress_bar=False, log=lines.append)
+    assert progress.epoch == 1 and progress.stop_reason == "time budget"
+    assert any(line.startswith("the run stopped after epoch 1 (time budget) and this config stops it there again") for line in lines)
+    raised = from_dict(ExperimentConfig, apply_overrides(copy.deepcopy(last.config), ["train.max_minutes=0", "train.epochs=2"]))
+    assert train_translation(raised, resume=last, progress_bar=False, log=lambda _: None).epoch == 2
+
+
 def test_a_tied_validation_score_keeps_the_later_checkpoint_but_counts_towards_early_stopping(toy_data, tmp_path):
     config = toy_config(toy_data, tmp_path, "train.epochs=5", "train.patience=2")
     progress = toy_trainer(config, read_parallel(toy_data, "train", "src", "tgt")[:64], tmp_path, score=100.0).fit()

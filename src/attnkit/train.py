@@ -239,10 +239,13 @@ class Trainer:
             self.schedule.load_state_dict(training["scheduler"])
             if training.get("scaler"):
                 self.scaler.load_state_dict(training["scaler"])
-            # Resuming is a request to go on: a saved stop is decided afresh after the next epoch
-            # (with the possibly raised epochs, patience or max_minutes of the resumed config).
-            self.progress = replace(_saved_progress(training["progress"]), stopped=False, stop_reason="")
+            self.progress = _saved_progress(training["progress"])
             self.history = [record for record in training.get("history", []) if record["epoch"] <= self.progress.epoch]
+            # A saved stop is decided afresh with the resumed config (its epochs, patience or max_minutes perhaps
+            # raised): the same config stops again at once, where an epoch past its budget or patience would run.
+            last_epoch_seconds = float(self.history[-1].get("epoch_seconds", 0.0)) if self.history else 0.0
+            reason = self._stop_reason(last_epoch_seconds)
+            self.progress = replace(self.progress, stopped=bool(reason), stop_reason=reason)
             self._restore_random_state(training)
         except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as error:  # the weights fit, the rest does not
             if out_of_memory(error):  # Adam's state moving to a full GPU: run_cli says so, not "damaged"
@@ -272,6 +275,9 @@ class Trainer:
         if self.distributed.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         first_epoch = self.progress.epoch + 1
+        if self.progress.stopped and self.progress.epoch > 0:  # resumed as it stopped: nothing to train
+            self.log(f"the run stopped after epoch {self.progress.epoch} ({self.progress.stop_reason}) and this config stops it there again: "
+                     "raise train.patience or train.max_minutes to go on")  # fmt: skip
         while self.progress.epoch < self.config.epochs and not self.progress.stopped:
             epoch = self.progress.epoch + 1
             started = time.perf_counter()
@@ -409,10 +415,7 @@ class Trainer:
         epoch_seconds = time.perf_counter() - started
         progress.seconds += epoch_seconds
         record["epoch_seconds"] = round(epoch_seconds, 2)
-        if self.config.patience > 0 and progress.bad_epochs >= self.config.patience:
-            progress.stop_reason = "early stopping"
-        elif self._next_epoch_overruns(epoch_seconds):
-            progress.stop_reason = "time budget"
+        progress.stop_reason = self._stop_reason(epoch_seconds)
         progress.stopped = bool(progress.stop_reason)
         if progress.stop_reason:
             record["stop"] = progress.stop_reason
@@ -441,11 +444,16 @@ class Trainer:
             + (f"; stopping ({progress.stop_reason})" if progress.stop_reason else "")
         )
 
-    def _next_epoch_overruns(self, last_epoch_seconds: float) -> bool:
-        """True when one more epoch as long as the last would end past ``max_minutes`` of training."""
-        if self.config.max_minutes <= 0 or self.progress.epoch >= self.config.epochs:
-            return False
-        return self.progress.seconds + last_epoch_seconds > self.config.max_minutes * 60
+    def _stop_reason(self, last_epoch_seconds: float) -> str:
+        """Why training stops after the epochs completed so far ("" : it goes on, or ends with its last epoch): the
+        validations since the best reached ``patience``, or one more epoch as long as the last would end past
+        ``max_minutes`` of training."""
+        progress = self.progress
+        if self.config.patience > 0 and progress.bad_epochs >= self.config.patience:
+            return "early stopping"
+        if 0 < self.config.max_minutes and progress.epoch < self.config.epochs and progress.seconds + last_epoch_seconds > self.config.max_minutes * 60:
+            return "time budget"
+        return ""
 
 
 def budget_summary(progress: TrainingProgress, config: TrainConfig) -> str:
