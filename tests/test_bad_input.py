@@ -223,7 +223,10 @@ CONFLICTS = [
     ("evaluate-multitask", ["--task", "caption", "--source", "{good}", "--reference", "{good}"], "--task caption does not go with --source, --reference (options of translation)"),
     ("evaluate-multitask", ["--task", "translate", "--split", "test", "--cache", "{folder}"], "--task translate does not go with --cache (options of captioning)"),
     ("evaluate-multitask", ["--source", "{good}", "--reference", "{good}", "--images", "{folder}"], "--source, --reference (translation) and --images (captioning) do not go together"),
-    ("evaluate", ["--split", "test", "--cache", "{folder}"], "--cache is for captioning checkpoints; this one translates"),
+    ("evaluate", ["--split", "test", "--cache", "{folder}"], "--cache is for captioning checkpoints; this one translates: leave it out"),
+    ("evaluate", ["--images", "{folder}", "--captions", "{good}"], "are for captioning checkpoints; this one translates: leave them out (its own data to score: --source/--reference)"),
+    ("translate", ["--checkpoint", "{good}", "a b"], "argument --checkpoint: given more than once: this command takes one"),  # B alone was used
+    ("compare", ["--checkpoint", "{good}", "--scenes", "2", "--out", "{tmp}/out"], "argument --checkpoint: given more than once"),
     ("compare", ["--own", "0", "--image", "{tmp}/image.png", "--source", "a b", "--out", "{tmp}/out"], "--own picks the described input of a mosaic"),
     ("compare", ["--own", "1", "--scenes", "2", "--out", "{tmp}/out"], "leave out --image, --source, --target and --own"),
 ]  # fmt: skip
@@ -254,7 +257,8 @@ NUMBERS = [
     ("compare", ["--scenes", "2", "--scene-size", "0", "--out", "x"], "argument --scene-size: must be between 8 and 2048, got 0"),
     ("compare", ["--scenes", "2", "--scene-size", "-5", "--out", "x"], "argument --scene-size: must be between 8 and 2048"),
     ("compare", ["--scenes", "2", "--scene-size", "4", "--out", "x"], "argument --scene-size: must be between 8 and 2048"),
-    ("compare", ["--scenes", "-1", "--out", "x"], "argument --scenes: must be at least 0, got -1"),
+    ("compare", ["--scenes", "-1", "--out", "x"], "argument --scenes: must be at least 1, got -1"),
+    ("compare", ["--scenes", "0", "--out", "x"], "argument --scenes: must be at least 1, got 0"),  # was "give --image and --source (or --scenes N)"
     ("compare", ["--scenes", "2", "--beam", "0", "--out", "x"], "argument --beam: must be at least 1"),
     ("translate", ["--beam", "100000", "a"], "the beam 100,000 is wider than the "),  # gigabytes a sentence, refused before any decoding
     ("evaluate", ["--split", "test", "--beam", "100000"], "the beam 100,000 is wider than the "),

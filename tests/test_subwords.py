@@ -124,6 +124,17 @@ def test_the_translator_reads_an_unseen_word_as_known_pieces(subword_run):
     assert len(best.source_words) > 3 and vocab.unk_index not in vocab.encode(best.source_words)
 
 
+def test_a_cut_sentence_s_warning_counts_pieces_not_words(subword_run, capsys):
+    """max_source_length counts a subword model's pieces: 20 long words were "more than 50 words"."""
+    from attnkit.commands import translate
+
+    translator = Translator.from_checkpoint(subword_run, device="cpu")
+    sentence = " ".join(["Berlinerinnen"] * 20)
+    assert len(translator.translate([sentence])[0][0].source_words) == translator.pipeline.max_source_length
+    assert translate.main(["--checkpoint", str(subword_run), sentence]) == 0
+    assert capsys.readouterr().err == f"warning: sentence 1 has more than {translator.pipeline.max_source_length} subword pieces; only the first {translator.pipeline.max_source_length} were read\n"
+
+
 def test_characters_never_seen_in_training_do_not_crash_translation(subword_run):
     translator = Translator.from_checkpoint(subword_run, device="cpu")
     best = translator.translate(["Anna voit 東京 et Zoë ☃"])[0][0]

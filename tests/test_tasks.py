@@ -114,7 +114,7 @@ def test_evaluate_and_compare_warn_of_cut_sources_as_translate_does(checkpoint, 
     assert run_cli(compare.main, argv) == 0
     assert capsys.readouterr().err.splitlines() == ["warning: source sentence 1 has more than 50 words; only the first 50 were read"]
 
-    warn_cut_sources(list(range(1, 14)), 50)  # many: one line
+    warn_cut_sources(list(range(1, 14)), translator)  # many: one line
     assert capsys.readouterr().err == "warning: sentences 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 3 more have more than 50 words; only the first 50 were read\n"
 
 

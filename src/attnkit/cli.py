@@ -48,6 +48,16 @@ positive_int = int_in_range(1)
 non_negative_int = int_in_range(0)
 
 
+class GivenOnce(argparse.Action):
+    """``action=`` of an option that takes one value: given twice it is an error, where argparse would keep the last
+    in silence (``translate --checkpoint A --checkpoint B`` translated with B alone, as if it were an ensemble)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if getattr(namespace, self.dest, self.default) is not self.default:
+            raise argparse.ArgumentError(self, "given more than once: this command takes one")
+        setattr(namespace, self.dest, values)
+
+
 def positive_number(text: str) -> float:
     """An argparse ``type=``: a finite number greater than 0 (``inf`` and ``nan`` are refused: no limit is endless)."""
     try:
@@ -214,21 +224,22 @@ def batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
 LISTED = 10  # sentence numbers a warning names before it says "and N more"
 
 
-def warn_cut_sources(numbers: Sequence[int], limit: int, what: str = "sentence") -> None:
-    """One warning on stderr for the source sentences ``numbers`` (from 1), longer than the ``limit`` words
-    (data.max_source_length) a translator reads: it reads only their first words."""
+def warn_cut_sources(numbers: Sequence[int], translator: Translator, what: str = "sentence") -> None:
+    """One warning on stderr for the source sentences ``numbers`` (from 1), longer than the tokens
+    (data.max_source_length: words, or a subword model's pieces) ``translator`` reads: it reads only their first ones."""
     if not numbers:
         return
+    limit, unit = translator.pipeline.max_source_length, translator.pipeline.source_unit
     listed = ", ".join(map(str, numbers[:LISTED])) + (f" and {len(numbers) - LISTED} more" if len(numbers) > LISTED else "")
     subject = f"{what} {listed} has" if len(numbers) == 1 else f"{what}s {listed} have"
-    print(f"warning: {subject} more than {limit} words; only the first {limit} were read", file=sys.stderr)
+    print(f"warning: {subject} more than {limit} {unit}; only the first {limit} were read", file=sys.stderr)
 
 
 def warn_overlong_sources(translator: Translator, sentences: Iterable[str], what: str = "sentence") -> None:
     """:func:`warn_cut_sources` for those of ``sentences`` that ``translator`` cuts (more words than its pipeline's
     max_source_length), for a script that learns of the cut from no ``Translation.truncated``."""
     overlong = [number for number, sentence in enumerate(sentences, 1) if translator.is_cut(sentence)]
-    warn_cut_sources(overlong, translator.pipeline.max_source_length, what)
+    warn_cut_sources(overlong, translator, what)
 
 
 # ---------------------------------------------------------------- outputs (checked before any work starts)

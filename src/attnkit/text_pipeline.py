@@ -66,6 +66,11 @@ class TextPipeline:
         return {"source": self.source_vocab.to_list(), "target": self.target_vocab.to_list()}
 
     @property
+    def source_unit(self) -> str:
+        """What ``max_source_length`` counts, in a message: words, or a subword model's pieces."""
+        return "words" if self.source_tokenizer.subwords is None else "subword pieces"
+
+    @property
     def subword_models(self) -> dict[str, bytes]:
         """The serialised subword model of each side (none for word-level tokenisers): checkpoints carry them."""
         tokenizers = {"source": self.source_tokenizer, "target": self.target_tokenizer}

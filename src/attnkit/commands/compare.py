@@ -36,7 +36,9 @@ writes ``metrics.json`` (caption and translation quality, pointing game, in-box
 mass, AER, attention statistics; in-distribution test scenes and the
 compositional split separately; the importance maps scored as the attention is,
 unless ``--no-importance``), ``distributions.png`` (entropy and peak weight
-per modality) and the comparison of the first test scene. A progress bar counts
+per modality), ``erasure.png`` (what removing the attention peak, or a random
+position, costs each word), for a multi-head decoder ``heads.png`` (every
+layer's and head's pointing and AER) and the comparison of the first test scene. A progress bar counts
 the scenes on a terminal; docs/comparison.md gives the cost per scene.
 """
 
@@ -46,7 +48,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnkit.cli import add_device_argument, check_output_folder, int_in_range, non_negative_int, positive_int, refuse_replacing_inputs, utf8_argument, warn_overlong_sources
+from attnkit.cli import GivenOnce, add_device_argument, check_output_folder, int_in_range, positive_int, refuse_replacing_inputs, utf8_argument, warn_overlong_sources
 from attnkit.analysis import EXTRACTIONS
 from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer
 from attnkit.data.images import MOSAIC_PHOTOS, open_rgb
@@ -61,14 +63,14 @@ SCENE_SIZES = (8, 2048)  # smaller scenes have no room for their objects; larger
 
 def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnkit compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", help="a joint (multitask) checkpoint: it captions and translates")
-    parser.add_argument("--caption-checkpoint", help="instead of --checkpoint: a captioning checkpoint ...")
-    parser.add_argument("--translation-checkpoint", help="... and a translation checkpoint into the same language")
+    parser.add_argument("--checkpoint", action=GivenOnce, help="a joint (multitask) checkpoint: it captions and translates")
+    parser.add_argument("--caption-checkpoint", action=GivenOnce, help="instead of --checkpoint: a captioning checkpoint ...")
+    parser.add_argument("--translation-checkpoint", action=GivenOnce, help="... and a translation checkpoint into the same language")
     parser.add_argument("--image", action="append", default=[], help=f"the image; given {MOSAIC_PHOTOS} times, the photos of a 2 x 2 mosaic (row-major)")
     parser.add_argument("--source", action="append", default=[], help="a source-language sentence about the image (one per --image)")
     parser.add_argument("--target", help="the target sentence forced through both (default: the caption decoded from the image)")
     parser.add_argument("--own", type=int_in_range(0, MOSAIC_PHOTOS - 1), default=None, help="a mosaic: which input (0-3) the target describes (default 0)")
-    parser.add_argument("--scenes", type=non_negative_int, default=0, metavar="N", help="instead of --image/--source: evaluate on N generated held-out scenes per split")
+    parser.add_argument("--scenes", type=positive_int, default=None, metavar="N", help="instead of --image/--source: evaluate on N generated held-out scenes per split")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated scenes")
     parser.add_argument("--scene-size", type=int_in_range(*SCENE_SIZES), default=128, help="side of the generated scene images in pixels")
     parser.add_argument("--beam", type=positive_int, default=None, help="beam size for decoding (default: the checkpoint's)")
@@ -79,7 +81,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument(
         "--no-importance", action="store_true",
-        help="leave out the importance maps (they cost forward passes per grid cell and per source word): for one image, importance.png and "
+        help="leave out the importance maps (they cost forward passes per grid cell and per source word; a mosaic has none): for one image, importance.png and "
         "the report's view switch; with --scenes, their scores in metrics.json (about a sixth of the time per scene; the example scene keeps them)",
     )  # fmt: skip
     add_importance_arguments(parser)
@@ -102,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError("give a joint checkpoint, or a captioning and a translation checkpoint, not both")
     if not args.checkpoint and not (args.caption_checkpoint and args.translation_checkpoint):
         raise UserError("give a joint checkpoint, or both a captioning and a translation checkpoint: --checkpoint, or --caption-checkpoint and --translation-checkpoint")
-    if args.scenes:
+    if args.scenes is not None:
         if args.image or args.source or args.target or args.own is not None:
             raise UserError("--scenes evaluates generated scenes: leave out --image, --source, --target and --own")
         check_output_folder(out, "--out", files=SCENE_FILES, folders=["example"])
@@ -128,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if grid_size:  # windows larger than the grid are refused before any work
         settings.check_grid((grid_size, grid_size))
     importance = False if args.no_importance else settings
-    if args.scenes:
+    if args.scenes is not None:
         outputs = compare_scenes(
             comparer, out, args.scenes, args.seed, args.scene_size, args.beam, extraction=args.extraction, importance=importance,
             progress=False if args.no_progress else None,  # None: shown where standard error is a terminal

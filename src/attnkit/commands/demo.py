@@ -9,7 +9,7 @@ scenes generated on the spot, attnkit.data.scenes) and is written under runs/dem
 translator's best.pt / last.pt, log.jsonl, translations.txt, attention.png and
 test_scores.json; scenes/ with the joint model's checkpoints, outputs.txt (captions and
 translations of test scenes) and compare/ (metrics.json: grounding and quality on held-out
-and compositional scenes; distributions.png; example/: the comparison.png, report.html,
+and compositional scenes; distributions.png; erasure.png; example/: the comparison.png, report.html,
 importance.png and statistics.json of scene-0.png); demo.json, what this run measured, written
 last. A previous demo there is kept in runs/demo.previous until the new one is complete, so a
 demo cut short never loses the last one's models.

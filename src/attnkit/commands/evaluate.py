@@ -57,7 +57,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", metavar="FILE", help="translation: also write the translations here, one per line")
     parser.add_argument("--replace-unk", action="store_true", help="translation: the source word the attention peaks on in place of each <unk>")
     parser.add_argument("--cache", metavar="DIR", help="captioning: feature cache folder for a frozen encoder (default: none)")
-    parser.add_argument("--task", choices=tuple(TASKS), help="a joint (multitask) checkpoint with --split: which task to score (another checkpoint does only its own)")
+    parser.add_argument("--task", choices=tuple(TASKS), help="a joint (multitask) checkpoint: which task to score (needed with --split; other data names its task; another checkpoint does only its own)")
     add_device_argument(parser)
     return parser
 
@@ -77,6 +77,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def given_options(args: argparse.Namespace, task: str) -> list[str]:
     """The options of ``task`` alone that were given."""
     return [option for option, name in TASK_OPTIONS[task] if getattr(args, name)]
+
+
+def other_task_options(wrong: list[str], task: str, does: str, data_options: tuple[str, ...], own: str) -> str:
+    """The message for options of ``task`` given with a checkpoint that only ``does`` the other task: leave them out,
+    and when they named data to score, the checkpoint's own options for that."""
+    message = f"{'/'.join(wrong)} {'is' if len(wrong) == 1 else 'are'} for {task} checkpoints; this one {does}: leave {'it' if len(wrong) == 1 else 'them'} out"
+    return message + (f" (its own data to score: {own})" if set(wrong) & set(data_options) else "")
 
 
 def chosen_task(args: argparse.Namespace, checkpoint_task: str) -> str:
@@ -122,7 +129,7 @@ def check_paths(args: argparse.Namespace) -> None:
 
 def evaluate_translation(args: argparse.Namespace, checkpoint) -> dict:
     if wrong := given_options(args, CAPTIONING):
-        raise UserError(f"{'/'.join(wrong)} {'is' if len(wrong) == 1 else 'are'} for captioning checkpoints; this one translates (use --source/--reference)")
+        raise UserError(other_task_options(wrong, CAPTIONING, "translates", data_options=("--images", "--captions"), own="--source/--reference"))
     if bool(args.source) != bool(args.reference):
         raise UserError("--source and --reference go together")
     if bool(args.split) == bool(args.source):
@@ -154,7 +161,7 @@ def evaluate_translation(args: argparse.Namespace, checkpoint) -> dict:
 def evaluate_captioning(args: argparse.Namespace, checkpoint, ensemble: Sequence[str] = ()) -> dict:
     """``ensemble``: further checkpoints that decode with ``checkpoint`` (:meth:`Captioner.from_checkpoints`)."""
     if wrong := given_options(args, TRANSLATION):
-        raise UserError(f"{'/'.join(wrong)} {'is' if len(wrong) == 1 else 'are'} for translation checkpoints; this one captions (use --images/--captions)")
+        raise UserError(other_task_options(wrong, TRANSLATION, "captions", data_options=("--source", "--reference"), own="--images/--captions"))
     if bool(args.images) != bool(args.captions):
         raise UserError("--images and --captions go together")
     if bool(args.split) == bool(args.images):

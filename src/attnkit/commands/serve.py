@@ -20,7 +20,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from attnkit.cli import add_device_argument, int_in_range, positive_number, seconds
+from attnkit.cli import GivenOnce, add_device_argument, int_in_range, positive_number, seconds
 from attnkit.data.images import MAX_PIXELS
 from attnkit.errors import UserError
 from attnkit.serve import MAX_CONNECTIONS, SOCKET_TIMEOUT, Models, TryPage, make_server
@@ -28,15 +28,15 @@ from attnkit.serve import MAX_CONNECTIONS, SOCKET_TIMEOUT, Models, TryPage, make
 
 def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnkit serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", help="a joint checkpoint (captions and translates), or a captioning or a translation checkpoint")
-    parser.add_argument("--caption-checkpoint", help="instead of --checkpoint: a captioning checkpoint (with --translation-checkpoint: compare too)")
-    parser.add_argument("--translation-checkpoint", help="instead of --checkpoint: a translation checkpoint")
+    parser.add_argument("--checkpoint", action=GivenOnce, help="a joint checkpoint (captions and translates), or a captioning or a translation checkpoint")
+    parser.add_argument("--caption-checkpoint", action=GivenOnce, help="instead of --checkpoint: a captioning checkpoint (with --translation-checkpoint: compare too)")
+    parser.add_argument("--translation-checkpoint", action=GivenOnce, help="instead of --checkpoint: a translation checkpoint")
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this machine only)")
-    parser.add_argument("--port", type=int_in_range(0, 65535), default=8000, help="the port (0: any free one; the address is printed)")
-    parser.add_argument("--max-upload-mb", type=positive_number, default=20.0, help="largest request accepted, in MB")
-    parser.add_argument("--max-pixels", type=int_in_range(1), default=MAX_PIXELS, help="largest photo accepted, in pixels (width x height)")
-    parser.add_argument("--max-connections", type=int_in_range(1), default=MAX_CONNECTIONS, help="connections served at once; one more is answered 503 (busy)")
-    parser.add_argument("--timeout", type=seconds, default=SOCKET_TIMEOUT, help="seconds a client may keep the server waiting in a read or a write")
+    parser.add_argument("--port", type=int_in_range(0, 65535), default=8000, help="the port (default 8000; 0: any free one; the address is printed)")
+    parser.add_argument("--max-upload-mb", type=positive_number, default=20.0, help="largest request accepted, in MB (default %(default)g)")
+    parser.add_argument("--max-pixels", type=int_in_range(1), default=MAX_PIXELS, help="largest photo accepted, in pixels (width x height; default %(default)s)")
+    parser.add_argument("--max-connections", type=int_in_range(1), default=MAX_CONNECTIONS, help="connections served at once (default %(default)s); one more is answered 503 (busy)")
+    parser.add_argument("--timeout", type=seconds, default=SOCKET_TIMEOUT, help="seconds a client may keep the server waiting in a read or a write (default %(default)g)")
     parser.add_argument("--no-importance", action="store_true", help="compare without the importance maps (faster: a backbone pass per grid cell saved)")
     add_device_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no line per request")

@@ -5,7 +5,7 @@
     echo "Il est grand." | attnkit translate --checkpoint CK --attention-png attn.png
 
 Prints one detokenised translation per input line (with --n-best N: N lines of
-``index<TAB>score<TAB>translation`` per input). A sentence that cannot be
+``number<TAB>score<TAB>translation`` per input, best first; ``number``: the input's, from 1). A sentence that cannot be
 translated (empty, only unknown words) prints an empty line, a message on
 stderr, and makes the exit code 1; the others are still translated.
 
@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from itertools import chain, islice
 
-from attnkit.cli import add_search_arguments, beam_for, check_output_file, input_lines, is_numbered_like, numbered_path, stdin_lines, utf8_argument, warn_cut_sources
+from attnkit.cli import GivenOnce, add_search_arguments, beam_for, check_output_file, input_lines, is_numbered_like, numbered_path, stdin_lines, utf8_argument, warn_cut_sources
 from attnkit.errors import UserError
 from attnkit.translation import Translation, Translator, draw_translation_attention
 
@@ -28,7 +28,7 @@ from attnkit.translation import Translation, Translator, draw_translation_attent
 def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnkit translate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sentences", nargs="*", help="sentences to translate (default: --input, else standard input)")
-    parser.add_argument("--checkpoint", required=True, help="a translation checkpoint (best.pt)")
+    parser.add_argument("--checkpoint", required=True, action=GivenOnce, help="a translation checkpoint (best.pt)")
     parser.add_argument("--input", metavar="FILE", help="translate each line of this UTF-8 file")
     parser.add_argument("--attention-png", metavar="OUT.png", help="write the source x output attention matrix (OUT-<n>.png per sentence when several)")
     parser.add_argument("--replace-unk", action="store_true", help="write the source word the attention peaks on in place of each <unk> (word-level vocabularies)")
@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sentences = chain(ahead, sentences)
         results = translator.translate(batch, beam_size=beam, batch_size=args.batch_size, n_best=args.n_best, replace_unknown=args.replace_unk)
         for number, nbest in enumerate(results, count + 1):
-            failures += print_translations(number, nbest, args.n_best, translator.pipeline.max_source_length)
+            failures += print_translations(number, nbest, args.n_best, translator)
         sys.stdout.flush()
         if args.attention_png:
             for number, nbest in enumerate(results, count + 1):
@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if failures else 0
 
 
-def print_translations(number: int, nbest: list[Translation], n_best: int, max_source_length: int) -> int:
+def print_translations(number: int, nbest: list[Translation], n_best: int, translator: Translator) -> int:
     """Print sentence ``number``'s translations (an empty line and a message for one that failed); 1 when it failed."""
     best = nbest[0]
     if best.error:
@@ -88,7 +88,7 @@ def print_translations(number: int, nbest: list[Translation], n_best: int, max_s
         print()
         return 1
     if best.truncated:
-        warn_cut_sources([number], max_source_length)
+        warn_cut_sources([number], translator)
     if n_best == 1:
         print(best.text)
     else:
