@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 from attnkit.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
-from attnkit.config import load_config
+from attnkit.config import SUBWORD_TOKENIZER, load_config
 from attnkit.data.text import read_parallel, write_parallel_dataset
 from attnkit.errors import UserError, run_cli
 from attnkit.model import count_parameters
@@ -55,6 +55,7 @@ SOURCE, TARGET = "de", "en"
 TARGET_BLEU = 35.0  # the model's own BLEU (issue 2)
 CASED_TARGETS = {"bleu_lowercased": 39.0, "bleu_cased": 38.0}  # a recipe that keeps case (issue 12)
 QUICK = {"train": 8000, "valid": 100, "test": 200}  # pairs per split in --quick mode
+QUICK_SUBWORDS = 2000  # --quick's subword vocabulary: 8,000 pairs hold no 6,000 pieces (sentencepiece allows about 4,300)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -120,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick:
             overrides += [f"data.path={quick_subset(dataset, Path(scratch) / 'data')}", "train.epochs=3", "train.max_minutes=1"]
         config = load_config(args.config, [*overrides, *args.overrides])  # the user's --set last: they win
+        tokenizer = config.data.tokenizer
+        if args.quick and tokenizer.kind == SUBWORD_TOKENIZER and tokenizer.vocab_size > QUICK_SUBWORDS:
+            if not any(override.startswith("data.tokenizer.vocab_size=") for override in args.overrides):
+                print(f"--quick: a subword vocabulary of {QUICK_SUBWORDS:,} pieces, not the recipe's {tokenizer.vocab_size:,}: {QUICK['train']:,} pairs hold fewer")
+                config = load_config(args.config, [*overrides, f"data.tokenizer.vocab_size={QUICK_SUBWORDS}", *args.overrides])
         print(f"multi30k ({mode}): " + (f"scoring the run in {out}" if args.evaluate_only else f"training {config.name} into {out} (a previous run there is replaced)"))
         if busy_before is not None and busy_before >= 0.25:
             print(f"note: other work kept {busy_before} core(s) busy just before the start; training times will be slower than on idle cores")

@@ -253,3 +253,27 @@ def test_the_load_sample_and_the_calibration_are_shortened_only_when_asked_and_s
 def test_no_recorded_figure_was_measured_with_the_probes_shortened():
     recorded = (ROOT / "BENCHMARKS.md").read_text().replace('`"probe_scale": 0.02`', "")  # the sentence explaining it
     assert '"probe_scale"' not in recorded
+
+
+# ---------------------------------------------------------------- bench/multi30k.py
+
+
+@pytest.mark.parametrize(("given", "pieces"), [([], 2000), (["--set", "data.tokenizer.vocab_size=1500"], 1500)])
+def test_multi30k_quick_trains_a_subword_recipe_with_a_vocabulary_its_pairs_hold(bench, monkeypatch, tmp_path, given, pieces):
+    """--quick's 8,000 pairs hold no 6,000 pieces: the GPU recipe's try-out on a CPU stopped at "Vocabulary size too high"."""
+    multi30k = bench("multi30k")
+    trained = []
+
+    class Stop(Exception):
+        pass
+
+    def train(config, **kwargs):
+        trained.append(config)
+        raise Stop
+
+    monkeypatch.setattr(multi30k, "ensure_dataset", lambda folder, root: None)
+    monkeypatch.setattr(multi30k, "quick_subset", lambda folder, into: into)
+    monkeypatch.setattr(multi30k, "train_translation", train)
+    with pytest.raises(Stop):
+        multi30k.main(["--quick", "--config", str(ROOT / "tasks/configs/multi30k_de_en_transformer_gpu.yaml"), "--out", str(tmp_path), *given])
+    assert trained[0].data.tokenizer.vocab_size == pieces

@@ -151,3 +151,13 @@ def test_compile_measures_each_precision_compiled_too(tmp_path, gpu_smoke, monke
             assert compiled["compile_breaks"] == [] and "compile_breaks" not in eager, name  # every part traced whole
         assert set(recipe["speed_ratios"]) == {"bf16/fp32", "bf16_compiled/fp32_compiled", "bf16_compiled/bf16", "fp32_compiled/fp32"}, name
         assert recipe["speed_ratios"]["fp32_compiled/fp32"] == round(recipe["fp32_compiled"]["tokens_per_s_last_epoch"] / recipe["fp32"]["tokens_per_s_last_epoch"], 3)
+
+
+def test_a_compiled_variant_of_one_epoch_gives_no_speed_ratio(gpu_smoke):
+    """Its one epoch held the compiling: a tiny try-out read compiled bf16 at 0.014 of eager."""
+    measured = {
+        "bf16": {"tokens_per_s_last_epoch": 5000.0}, "fp32": {"tokens_per_s_last_epoch": 4000.0},
+        "bf16_compiled": {"tokens_per_s_last_epoch": 70.7, "last_epoch_compiled_the_parts": True},
+        "fp32_compiled": {"tokens_per_s_last_epoch": 4400.0},
+    }  # fmt: skip
+    assert gpu_smoke.speed_ratios(measured, "bf16") == {"bf16/fp32": 1.25, "fp32_compiled/fp32": 1.1}
