@@ -79,6 +79,24 @@ def test_average_replaces_an_existing_out_only_with_overwrite(vocab, tmp_path, c
         torch.testing.assert_close(tensor, (load_checkpoint(epochs[0]).model[name] + load_checkpoint(epochs[1]).model[name]) / 2, msg=name)
 
 
+def test_a_kill_after_the_last_epoch_s_checkpoint_leaves_no_epoch_too_many(toy_data, tmp_path, monkeypatch):
+    """The oldest epoch file went after last.pt was written: killed in between on the run's last epoch, the folder kept
+    keep_epochs + 1 of them, which no resume pruned (nothing was left to train) and `average epoch-*.pt` averaged."""
+    import attnkit.train as train_module
+
+    written = train_module.save_checkpoint
+
+    def killed_after_the_last(path, checkpoint):
+        written(path, checkpoint)
+        if path.name == "last.pt" and checkpoint.training["progress"]["epoch"] == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_module, "save_checkpoint", killed_after_the_last)
+    with pytest.raises(KeyboardInterrupt):
+        train_translation(toy_config(toy_data, tmp_path, "train.epochs=2", "train.keep_epochs=1", "train.valid_max_examples=8"), progress_bar=False, log=lambda _: None)
+    assert sorted(p.name for p in tmp_path.glob("epoch-*.pt")) == ["epoch-2.pt"]
+
+
 @pytest.mark.slow
 def test_keep_epochs_then_average_end_to_end(toy_data, tmp_path, capsys, bench):
     config = toy_config(toy_data, tmp_path / "run", "train.epochs=3", "train.keep_epochs=2", "train.patience=0")

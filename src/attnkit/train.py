@@ -431,9 +431,10 @@ class Trainer:
             save_checkpoint(self.run_dir / "best.pt", checkpoint)
         if self.config.keep_epochs > 0:  # the weights alone (no training state): what attnkit average averages
             save_checkpoint(self.run_dir / epoch_checkpoint_name(progress.epoch), replace(checkpoint, training={}))
-        save_checkpoint(self.run_dir / "last.pt", checkpoint)
-        if self.config.keep_epochs > 0:
+            # Pruned before last.pt: a kill after last.pt (the run's last epoch) would leave one epoch too many, which
+            # no resume would prune; a kill before it redoes this epoch, which rewrites this file and prunes again.
             folder.keep_last_epochs(self.config.keep_epochs)
+        save_checkpoint(self.run_dir / "last.pt", checkpoint)
         folder.write_log(self.history)
         self.log(
             f"epoch {record['epoch']}: loss {record['train_loss']:.3f}, "
