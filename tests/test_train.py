@@ -1,5 +1,6 @@
 """The trainer and the translation recipe on the toy reversal task."""
 
+import copy
 import json
 from dataclasses import replace
 
@@ -166,8 +167,6 @@ def _set_moment_shape(training):
     ids=["moment-shape", "state-list", "zero-peak", "fractional-epoch", "text-score"],
 )
 def test_a_training_state_that_does_not_fit_is_one_message_before_any_work(toy_data, tmp_path, damage):
-    import copy
-
     train_translation(toy_config(toy_data, tmp_path / "run", "train.epochs=1", "train.valid_max_examples=8"), progress_bar=False, log=lambda _: None)
     last = load_checkpoint(tmp_path / "run" / "last.pt")
     training = copy.deepcopy(last.training)
@@ -216,8 +215,6 @@ def toy_trainer(config, pairs, run_dir, score: float):
 
 def test_a_run_resumed_as_it_stopped_stops_there_again_and_a_raised_budget_goes_on(toy_data, tmp_path):
     """A resumed stop was decided only after one more epoch: an epoch past the budget (or the patience) ran."""
-    import copy
-
     config = toy_config(toy_data, tmp_path, "train.epochs=5", "train.max_minutes=0.0001", "train.valid_max_examples=10")
     train_translation(config, progress_bar=False, log=lambda _: None)
     last = load_checkpoint(tmp_path / "last.pt")

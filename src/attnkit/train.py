@@ -621,21 +621,20 @@ def _claim(held: contextlib.ExitStack, folder: RunFolder, trainer: Trainer, resu
     replaced run's files, store the resolved config; a resumed run's state is on disk before training goes on."""
     held.enter_context(folder.claim())
     check_run_folder(folder, resume, overwrite)  # again under the lock: another process may have started a run meanwhile
-    if overwrite and folder.holds_checkpoints() and not _continues(folder, resume):
-        kept: list[str] = []
-        if resume is not None:  # rewinding (or replacing) a run by a resumed one: its state replaces the old first,
-            # each file atomically, and only then do the old run's other files go; a kill at any moment leaves a run
-            # to resume (removing first lost both, the checkpoint being resumed among them)
-            _carry_best(folder, resume, log)
-            save_checkpoint(folder.path / "last.pt", resume)
-            kept = ["last.pt", "best.pt"] if _best_of(folder) == _best_of_progress(resume) else ["last.pt"]
-        removed = folder.remove_run_files(keep=[*kept, "config.yaml", "log.jsonl"] if resume is not None else ())
+    replacing = overwrite and folder.holds_checkpoints() and not _continues(folder, resume)
+    if resume is not None and (replacing or not folder.holds_run()):
+        # A new folder, or one whose run this one replaces (a rewind): the resumed state is on disk before training
+        # goes on and before any old file goes, each write atomic, so a kill at any moment leaves a run to resume
+        # (removing first lost both, the checkpoint being resumed among them). best.pt before last.pt: a kill
+        # between the two leaves a folder a resume refills.
+        _carry_best(folder, resume, log)
+        save_checkpoint(folder.path / "last.pt", resume)
+    if replacing:
+        kept = [] if resume is None else ["last.pt", "config.yaml", "log.jsonl", *(["best.pt"] if _best_of(folder) == _best_of_progress(resume) else [])]
+        removed = folder.remove_run_files(keep=kept)
         log(f"--overwrite: removed {', '.join(path.name for path in removed) or 'nothing else'} of the previous run in {folder.path}")
     save_config(config, folder.path / "config.yaml")
     if resume is not None:
-        if not folder.holds_run():  # a new or cleared folder: a kill before the next epoch ends must not lose the run
-            _carry_best(folder, resume, log)  # before last.pt: a kill between the two leaves a folder a resume refills
-            save_checkpoint(folder.path / "last.pt", resume)
         folder.write_log(trainer.history)  # repairs a log a kill left a line short or long (and replaces the old run's)
 
 

@@ -40,6 +40,7 @@ TASK_OPTIONS = {
 }
 TASKS = {"caption": CAPTIONING, "translate": TRANSLATION}  # --task's choices
 DOES = {CAPTIONING: "captions", TRANSLATION: "translates"}
+DATA_OPTIONS = {CAPTIONING: ("--images", "--captions"), TRANSLATION: ("--source", "--reference")}  # data to score, beside --split
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -79,11 +80,11 @@ def given_options(args: argparse.Namespace, task: str) -> list[str]:
     return [option for option, name in TASK_OPTIONS[task] if getattr(args, name)]
 
 
-def other_task_options(wrong: list[str], task: str, does: str, data_options: tuple[str, ...], own: str) -> str:
-    """The message for options of ``task`` given with a checkpoint that only ``does`` the other task: leave them out,
-    and when they named data to score, the checkpoint's own options for that."""
-    message = f"{'/'.join(wrong)} {'is' if len(wrong) == 1 else 'are'} for {task} checkpoints; this one {does}: leave {'it' if len(wrong) == 1 else 'them'} out"
-    return message + (f" (its own data to score: {own})" if set(wrong) & set(data_options) else "")
+def other_task_options(wrong: list[str], task: str, checkpoint_task: str) -> str:
+    """The message for options of ``task`` given with a checkpoint of ``checkpoint_task`` alone: leave them out, and
+    when they named data to score, the checkpoint's own options for that."""
+    message = f"{'/'.join(wrong)} {'is' if len(wrong) == 1 else 'are'} for {task} checkpoints; this one {DOES[checkpoint_task]}: leave {'it' if len(wrong) == 1 else 'them'} out"
+    return message + (f" (its own data to score: {'/'.join(DATA_OPTIONS[checkpoint_task])})" if set(wrong) & set(DATA_OPTIONS[task]) else "")
 
 
 def chosen_task(args: argparse.Namespace, checkpoint_task: str) -> str:
@@ -129,7 +130,7 @@ def check_paths(args: argparse.Namespace) -> None:
 
 def evaluate_translation(args: argparse.Namespace, checkpoint) -> dict:
     if wrong := given_options(args, CAPTIONING):
-        raise UserError(other_task_options(wrong, CAPTIONING, "translates", data_options=("--images", "--captions"), own="--source/--reference"))
+        raise UserError(other_task_options(wrong, CAPTIONING, TRANSLATION))
     if bool(args.source) != bool(args.reference):
         raise UserError("--source and --reference go together")
     if bool(args.split) == bool(args.source):
@@ -161,7 +162,7 @@ def evaluate_translation(args: argparse.Namespace, checkpoint) -> dict:
 def evaluate_captioning(args: argparse.Namespace, checkpoint, ensemble: Sequence[str] = ()) -> dict:
     """``ensemble``: further checkpoints that decode with ``checkpoint`` (:meth:`Captioner.from_checkpoints`)."""
     if wrong := given_options(args, TRANSLATION):
-        raise UserError(other_task_options(wrong, TRANSLATION, "captions", data_options=("--source", "--reference"), own="--images/--captions"))
+        raise UserError(other_task_options(wrong, TRANSLATION, CAPTIONING))
     if bool(args.images) != bool(args.captions):
         raise UserError("--images and --captions go together")
     if bool(args.split) == bool(args.images):
