@@ -90,6 +90,17 @@ def _hold_lock_beside_a_forked_worker(folder, worker_pid):
         time.sleep(60)
 
 
+def _reap(process, timeout: float) -> None:
+    """Wait for ``process`` to end by polling its exit status: ``join`` waits on a pipe that a forked grandchild
+    still holds open, so it would sit out its whole timeout."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while process.exitcode is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert process.exitcode is not None, f"process {process.pid} did not end within {timeout} s"
+
+
 def test_a_killed_trainings_forked_workers_do_not_keep_its_folder_locked(tmp_path):
     """A flock belongs to the open file, which a fork shares: the workers' copies held the lock until they saw their
     parent gone (about 5 s for DataLoader workers), and a run restarted at once was refused."""
@@ -102,7 +113,7 @@ def test_a_killed_trainings_forked_workers_do_not_keep_its_folder_locked(tmp_pat
     worker = worker_pid.get(timeout=60)
     try:
         os.kill(holder.pid, signal.SIGKILL)
-        holder.join(30)
+        _reap(holder, 30)
         os.kill(worker, 0)  # the worker lives on
         with RunFolder(tmp_path).claim():
             pass
