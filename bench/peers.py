@@ -883,6 +883,8 @@ def differences(recipe: ExperimentConfig, attnkit: Mapping[str, Any] | None = No
     """Where Joey's model and training differ from attnkit's (see the module docstring)."""
     decoder, train = recipe.decoder, recipe.train
     found = []
+    if train.decay_epochs:  # Joey has no schedule that falls to 0 over a run's last epochs
+        found.append(f"schedule: attnkit's rate falls linearly to 0 over the last {train.decay_epochs} of {train.epochs} epochs (train.decay_epochs); Joey's does not")
     if decoder.family == "transformer":
         if decoder.tie_embeddings:
             found.append("output layer: both are the target embeddings; attnkit's has a bias and drops its input out, Joey's has neither")

@@ -161,3 +161,54 @@ def test_the_rate_a_run_logs_is_a_moving_groups_not_a_frozen_encoders():
     assert schedule.moving_rate(1) == schedule.moving_rate(100) == 0.002  # the last of the 100 steps still held the encoder
     schedule.before_step(100)
     assert schedule.moving_rate(101) == schedule.optimizer.param_groups[0]["lr"] == 0.002  # thawed
+
+
+def test_the_last_epochs_decay_the_rate_linearly_from_the_share_reached_and_the_plateaus_wait():
+    optimizer, schedule = _schedule(epochs=4, decay_epochs=2, lr_factor=0.5)
+    schedule.before_step(0, position=0.0)
+    schedule.after_validation(1.0, step=1)
+    schedule.after_validation(0.5, step=1)  # worse with patience 0: halved before the decay
+    rates = []
+    for step, position in enumerate([1.0, 1.5, 2.0, 2.5, 3.0, 3.5], start=1):  # two steps an epoch
+        schedule.before_step(step, position)
+        rates += [group["lr"] for group in optimizer.param_groups]
+        if position >= 2.0:
+            schedule.after_validation(0.0, step)  # ever worse, patience 0: yet the decay alone sets the rate
+    # stable at the halved rate, then from half the peaks down a quarter of the way each step
+    assert rates == pytest.approx([0.05, 0.005, 0.05, 0.005, 0.05, 0.005, 0.0375, 0.00375, 0.025, 0.0025, 0.0125, 0.00125])
+
+
+def test_a_schedule_resumed_in_its_decay_goes_on_from_the_saved_start_and_a_damaged_one_is_refused():
+    optimizer, schedule = _schedule(epochs=2, decay_epochs=1)
+    schedule.before_step(0, position=1.0)
+    optimizer_again, resumed = _schedule(epochs=2, decay_epochs=1)
+    resumed.load_state_dict(schedule.state_dict())
+    resumed.before_step(1, position=1.5)
+    assert resumed.decay_from == 1.0 and [g["lr"] for g in optimizer_again.param_groups] == pytest.approx([0.05, 0.005])
+    with pytest.raises(ValueError, match="decay from"):
+        resumed.load_state_dict({**schedule.state_dict(), "decay_from": "half"})
+    older = schedule.state_dict()
+    del older["decay_from"]  # a checkpoint from before the decay existed
+    resumed.load_state_dict(older)
+    assert resumed.decay_from is None
+
+
+def test_a_run_given_more_epochs_decays_again_later_from_the_rate_it_reached():
+    optimizer, schedule = _schedule(epochs=4, decay_epochs=2)
+    schedule.before_step(0, position=3.0)  # halfway into the decay of a 4-epoch run
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
+    optimizer_again, extended = _schedule(epochs=8, decay_epochs=2)
+    extended.load_state_dict(schedule.state_dict())
+    optimizer_again.param_groups[0]["lr"], optimizer_again.param_groups[1]["lr"] = 0.05, 0.005  # as the optimizer's state brings them back
+    extended.before_step(1, position=4.0)  # now before the decay: the rate stays where it was
+    assert [g["lr"] for g in optimizer_again.param_groups] == pytest.approx([0.05, 0.005]) and extended.decay_from is None
+    extended.before_step(2, position=7.0)  # the new decay starts from there
+    assert extended.decay_from == pytest.approx(0.5) and optimizer_again.param_groups[0]["lr"] == pytest.approx(0.025)
+
+
+def test_a_run_shorter_than_its_decay_decays_throughout():
+    optimizer, schedule = _schedule(epochs=2, decay_epochs=3)  # as `attnkit demo --scenes-set train.epochs=2`
+    schedule.before_step(0, position=0.0)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1)
+    schedule.before_step(1, position=1.0)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)

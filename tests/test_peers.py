@@ -151,6 +151,9 @@ def test_the_transformer_race_gives_joey_the_same_transformer(peers, tmp_path):
     assert (training["scheduling"], training["learning_rate"], training["learning_rate_warmup"]) == ("warmupinversesquareroot", ours.train.lr, 1000)
     assert "patience" not in training and config["data"]["src"]["level"] == "word"  # no plateau; the same words as the RNN race
     assert any(line.startswith("schedule: both warm the rate up linearly to 0.0007 over 1000 steps") for line in peers.differences(ours))
+    decaying = dataclasses.replace(ours, train=dataclasses.replace(ours.train, decay_epochs=3))
+    assert not any("falls linearly" in line for line in peers.differences(ours))
+    assert "schedule: attnkit's rate falls linearly to 0 over the last 3 of" in " ".join(peers.differences(decaying))
     # The Transformer recipe of the race is the Multi30k Transformer recipe's model, on the word recipe's data.
     subword = peers.load_config(peers.ROOT / "tasks/configs/multi30k_de_en_transformer.yaml", [])
     # ... but in fp32: Joey trains in fp32 on a CPU, so the race does too (the subword recipe autocasts to bf16).

@@ -62,6 +62,40 @@ def test_resume_continues_exactly_where_the_run_stopped(toy_data, tmp_path, batc
     assert b.training["progress"]["epoch"] == 3
 
 
+def test_a_run_killed_in_its_decay_resumes_exactly(toy_data, tmp_path, monkeypatch):
+    """train.decay_epochs: the rate falls step by step over the last epochs, and a run stopped after an epoch of its
+    decay goes on exactly as the run that was never stopped."""
+    from attnkit.train import Trainer
+
+    quiet = dict(progress_bar=False, log=lambda _: None)
+    settings = ["train.epochs=3", "train.decay_epochs=2", "train.lr_patience=0"]
+    train_translation(toy_config(toy_data, tmp_path / "straight", *settings), **quiet)
+
+    class Killed(Exception):
+        pass
+
+    end_of_epoch = Trainer.end_of_epoch
+
+    def killed_after_epoch_2(self, record, started):
+        end_of_epoch(self, record, started)
+        if record["epoch"] == 2:
+            raise Killed
+
+    monkeypatch.setattr(Trainer, "end_of_epoch", killed_after_epoch_2)
+    with pytest.raises(Killed):
+        train_translation(toy_config(toy_data, tmp_path / "resumed", *settings), **quiet)
+    monkeypatch.undo()
+    last = load_checkpoint(tmp_path / "resumed" / "last.pt")
+    assert last.training["progress"]["epoch"] == 2
+    train_translation(from_dict(ExperimentConfig, last.config), resume=last, **quiet)
+
+    a, b = load_checkpoint(tmp_path / "straight" / "last.pt"), load_checkpoint(tmp_path / "resumed" / "last.pt")
+    for name in a.model:
+        torch.testing.assert_close(a.model[name], b.model[name], msg=name)
+    rates = [[json.loads(line)["lr"] for line in (tmp_path / run / "log.jsonl").read_text().splitlines()] for run in ("straight", "resumed")]
+    assert rates[0] == rates[1] and rates[0][0] == last.config["train"]["lr"] > rates[0][1] > rates[0][2] > 0  # each epoch's last step's rate
+
+
 def test_a_weight_average_validates_and_saves_the_average_and_leaves_training_alone(toy_data, tmp_path):
     """train.ema_decay: the steps are those of a run without it (the trained weights match), validation scored
     the average that best.pt and last.pt hold, and a resumed run goes on exactly (average and weights)."""

@@ -311,8 +311,9 @@ class Trainer:
         bar = tqdm(
             self.loader, desc=f"epoch {epoch}", leave=False, mininterval=1.0, disable=not (self.progress_bar and self.distributed.is_main)
         )
-        for batch in bar:
-            loss, out = self.train_step(batch)
+        steps = len(self.loader)  # this epoch's, the same on every rank
+        for index, batch in enumerate(bar):
+            loss, out = self.train_step(batch, position=epoch - 1 + index / steps)
             batches += 1
             loss_sum = loss_sum + loss.detach() / world  # this rank's share of the global batch's mean loss
             if out.nll_sum is not None:
@@ -345,13 +346,15 @@ class Trainer:
             }
         return record
 
-    def train_step(self, batch: Any) -> tuple[Tensor, Any]:
-        """One optimizer step on ``batch`` (this rank's share of a global batch) -> the loss as the ranks' mean
-        sees it and the objective's output. It reads nothing back from the device: a GPU runs on unhindered (fp16's
-        loss scaler too: it hands fused Adam its inf check as a tensor, and Adam skips such a step on the device)."""
+    def train_step(self, batch: Any, position: float | None = None) -> tuple[Tensor, Any]:
+        """One optimizer step on ``batch`` (this rank's share of a global batch) at ``position`` in the run (epochs
+        done, counted in steps; what ``train.decay_epochs`` reads, :meth:`LearningRateSchedule.decayed`) -> the loss
+        as the ranks' mean sees it and the objective's output. It reads nothing back from the device: a GPU runs on
+        unhindered (fp16's loss scaler too: it hands fused Adam its inf check as a tensor, and Adam skips such a step
+        on the device)."""
         world = self.distributed.world_size
         batch = batch.to(self.device, non_blocking=True)
-        self.schedule.before_step(self.progress.step)
+        self.schedule.before_step(self.progress.step, position)
         with autocast(self.device, self.dtype):
             out = self.objective(self.train_model, batch)
         # Normalise by the global batch's tokens and examples: DDP averages the ranks' gradients, so
