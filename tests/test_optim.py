@@ -212,3 +212,11 @@ def test_a_run_shorter_than_its_decay_decays_throughout():
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1)
     schedule.before_step(1, position=1.0)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
+
+
+def test_a_stop_before_or_inside_the_decay_says_how_much_of_it_ran():
+    _, schedule = _schedule(epochs=10, decay_epochs=3)
+    assert schedule.cut_short(5) == schedule.cut_short(7) == ", before its decay (the last 3 of 10 epochs) began"
+    assert schedule.cut_short(8) == ", after 1 of its decay's epochs (the last 3 of 10 epochs)"
+    assert schedule.cut_short(10) == "" and _schedule(epochs=10)[1].cut_short(5) == ""  # it ran whole; none was asked for
+

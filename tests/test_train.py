@@ -96,6 +96,13 @@ def test_a_run_killed_in_its_decay_resumes_exactly(toy_data, tmp_path, monkeypat
     assert rates[0] == rates[1] and rates[0][0] == last.config["train"]["lr"] > rates[0][1] > rates[0][2] > 0  # each epoch's last step's rate
 
 
+def test_a_time_budget_that_ends_a_run_before_its_decay_says_so(toy_data, tmp_path):
+    lines = []
+    config = toy_config(toy_data, tmp_path, "train.epochs=4", "train.decay_epochs=2", "train.max_minutes=0.0001", "train.valid_max_examples=16")
+    train_translation(config, progress_bar=False, log=lines.append)
+    assert any("stopping (time budget, before its decay (the last 2 of 4 epochs) began)" in line for line in lines), lines
+
+
 def test_a_weight_average_validates_and_saves_the_average_and_leaves_training_alone(toy_data, tmp_path):
     """train.ema_decay: the steps are those of a run without it (the trained weights match), validation scored
     the average that best.pt and last.pt hold, and a resumed run goes on exactly (average and weights)."""

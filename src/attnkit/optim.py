@@ -65,6 +65,16 @@ class LearningRateSchedule:
             return None
         return (position - self.decay_start) / self.decay_epochs
 
+    def cut_short(self, epoch: int) -> str:
+        """What a stop after ``epoch`` (early stopping, the time budget) leaves of the decay, for the stop's line: a
+        run stopped before its decay never ran at the falling rate, which is worth a word where the decay was asked for."""
+        if self.decay_epochs == 0 or epoch >= self.decay_start + self.decay_epochs:
+            return ""
+        decay = f"the last {self.decay_epochs} of {self.decay_start + self.decay_epochs} epochs"
+        if epoch <= self.decay_start:
+            return f", before its decay ({decay}) began"
+        return f", after {epoch - self.decay_start} of its decay's epochs ({decay})"
+
     def before_step(self, step: int, position: float | None = None) -> None:
         """Set the rate of optimizer step ``step`` (0-based) at ``position`` (:meth:`decayed`; None: not decaying):
         warming up, left as the plateaus made it, or decaying; 0 for a group still frozen, and once it thaws the share

@@ -445,7 +445,7 @@ class Trainer:
             + f"{record['train_tokens_per_s']:.0f} tok/s, valid "
             + ", ".join(f"{k} {v}" for k, v in metrics.items() if isinstance(v, (int, float)))
             + (" (best)" if kept else "")
-            + (f"; stopping ({progress.stop_reason})" if progress.stop_reason else "")
+            + (f"; stopping ({progress.stop_reason}{self.schedule.cut_short(progress.epoch)})" if progress.stop_reason else "")
         )
 
     def _stop_reason(self, last_epoch_seconds: float) -> str:
