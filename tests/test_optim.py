@@ -219,4 +219,3 @@ def test_a_stop_before_or_inside_the_decay_says_how_much_of_it_ran():
     assert schedule.cut_short(5) == schedule.cut_short(7) == ", before its decay (the last 3 of 10 epochs) began"
     assert schedule.cut_short(8) == ", after 1 of its decay's epochs (the last 3 of 10 epochs)"
     assert schedule.cut_short(10) == "" and _schedule(epochs=10)[1].cut_short(5) == ""  # it ran whole; none was asked for
-

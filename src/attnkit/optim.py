@@ -68,9 +68,10 @@ class LearningRateSchedule:
     def cut_short(self, epoch: int) -> str:
         """What a stop after ``epoch`` (early stopping, the time budget) leaves of the decay, for the stop's line: a
         run stopped before its decay never ran at the falling rate, which is worth a word where the decay was asked for."""
-        if self.decay_epochs == 0 or epoch >= self.decay_start + self.decay_epochs:
+        epochs = self.decay_start + self.decay_epochs  # the run's train.epochs
+        if self.decay_epochs == 0 or epoch >= epochs:
             return ""
-        decay = f"the last {self.decay_epochs} of {self.decay_start + self.decay_epochs} epochs"
+        decay = f"the last {self.decay_epochs} of {epochs} epochs"
         if epoch <= self.decay_start:
             return f", before its decay ({decay}) began"
         return f", after {epoch - self.decay_start} of its decay's epochs ({decay})"
