@@ -227,6 +227,7 @@ SCORE_FUNCTIONS: dict[str, type[AttentionScore]] = {
     NO_ATTENTION: UniformScore,  # a score name too, but not an attention model
 }
 SCORES = tuple(name for name in SCORE_FUNCTIONS if name != NO_ATTENTION)  # the attention models
+SIZED_SCORES = tuple(name for name, score in SCORE_FUNCTIONS.items() if issubclass(score, _TanhEnergy))  # those with a hidden layer of decoder.attention_size
 
 
 def build_score(name: str, query_size: int, memory_size: int, attention_size: int) -> AttentionScore:

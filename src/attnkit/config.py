@@ -470,6 +470,54 @@ def model_differences(first: Mapping[str, Any], second: Mapping[str, Any]) -> li
     ]
 
 
+def unread_keys(config: ExperimentConfig) -> dict[str, str]:
+    """The model sections and keys that the model ``config`` builds never reads, each with why, e.g.
+    ``{"decoder.rnn": "the transformer decoder family has no RNN cell"}``: every section holds every key, so a
+    Transformer's saved config.yaml still says ``rnn: gru``, which :func:`save_config` marks as not read.
+
+    Only what builds and runs the network is listed (tests/test_config.py changes each key listed here and builds
+    the very same model); settings the config refuses to change for a family (a Transformer's ``decoder.style``)
+    are left unmarked."""
+    unread = {section: f"task {config.task} has no {what}" for section, what in _ABSENT_PARTS.get(config.task, ())}
+    text, image, decoder = config.text_encoder, config.image_encoder, config.decoder
+    if "text_encoder" not in unread:
+        if text.family == "transformer":
+            unread["text_encoder.rnn"] = "the transformer text encoder family has no RNN"
+            if text.positions != "learned":
+                unread["text_encoder.max_positions"] = "sinusoidal positions read sources of any length"
+        else:
+            for key in ("heads", "feedforward_size", "positions", "max_positions"):
+                unread[f"text_encoder.{key}"] = "the transformer family's; text_encoder.family is rnn"
+            if text.rnn == "none":
+                for key in ("hidden_size", "num_layers", "bidirectional"):
+                    unread[f"text_encoder.{key}"] = "text_encoder.rnn is none: the memory is the embeddings with their positions"
+    if "image_encoder" not in unread and image.self_attention_layers == 0:
+        for key in ("heads", "feedforward_size"):
+            unread[f"image_encoder.{key}"] = "the self-attention layers'; image_encoder.self_attention_layers is 0"
+    if "decoder" not in unread:
+        if decoder.family == "transformer":
+            unread["decoder.rnn"] = "the transformer decoder family has no RNN cell"
+            unread["decoder.score"] = "the transformer decoder's cross-attention is multi-head scaled dot product"
+            for key in ("attention_size", "readout_size", "init"):
+                unread[f"decoder.{key}"] = "the rnn decoder family's; decoder.family is transformer"
+        else:
+            for key in ("heads", "feedforward_size", "attention_layer", "attention_head"):
+                unread[f"decoder.{key}"] = "the transformer decoder family's; decoder.family is rnn (one attention)"
+            if decoder.score not in importlib.import_module("attnkit.attention").SIZED_SCORES:
+                unread["decoder.attention_size"] = f"the '{decoder.score}' score has no hidden layer"
+            if decoder.tie_embeddings:
+                unread["decoder.readout_size"] = "tied embeddings make the readout decoder.embedding_size"
+    return unread
+
+
+# The model sections a task builds nothing from, for unread_keys.
+_ABSENT_PARTS = {
+    "translation": (("image_encoder", "image encoder"),),
+    "captioning": (("text_encoder", "text encoder"),),
+    "pretrain": (("image_encoder", "image encoder"), ("decoder", "decoder (masked-LM pre-training trains the text encoder alone)")),
+}
+
+
 def _flat(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """A nested config dict as ``{dotted key: value}``."""
     flat: dict[str, Any] = {}
@@ -691,4 +739,42 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
 
 
 def save_config(config: ExperimentConfig, path: str | Path) -> None:
-    write_text_atomic(path, yaml.dump(to_dict(config), Dumper=_ConfigDumper, sort_keys=False))
+    write_text_atomic(path, config_yaml(config))
+
+
+def config_yaml(config: ExperimentConfig) -> str:
+    """``config`` as the YAML a run folder keeps: every key, and a ``# not read: ...`` comment on each model
+    section or key that the model never reads (:func:`unread_keys`):
+
+        decoder:
+          family: transformer
+          rnn: gru  # not read: the transformer decoder family has no RNN cell
+
+    The comments never change what the file holds: where one would (a value YAML writes over several lines),
+    the file is written without them."""
+    values = to_dict(config)
+    plain = yaml.dump(values, Dumper=_ConfigDumper, sort_keys=False)
+    marked = _mark_unread(plain, unread_keys(config))
+    try:
+        return marked if read_yaml(marked) == values else plain
+    except yaml.YAMLError:
+        return plain
+
+
+_YAML_KEY_LINE = re.compile(r"( *)([A-Za-z_][A-Za-z0-9_]*):( .*)?")  # "  key: value" or "section:", as yaml.dump writes them
+
+
+def _mark_unread(text: str, unread: Mapping[str, str]) -> str:
+    """The block-style YAML ``text`` (two spaces a level, as yaml.dump writes it) with ``  # not read: why`` after
+    each key whose dotted name ``unread`` holds."""
+    lines, path = [], []
+    for line in text.splitlines():
+        key_line = _YAML_KEY_LINE.fullmatch(line)
+        if key_line is not None:
+            depth = len(key_line[1]) // 2
+            path = [*path[:depth], key_line[2]]
+            why = unread.get(".".join(path))
+            if why is not None:
+                line += f"  # not read: {why}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
