@@ -430,10 +430,18 @@ def test_model_differences_name_what_defines_a_model_and_nothing_else():
         )
     )  # fmt: skip
     assert config_module.model_differences(saved, asked) == [
-        "task 'translation' vs 'captioning'", "data.tokenizer.lowercase True vs False", "image_encoder.image_size 224 vs 64", "decoder.heads 8 vs 2",
-    ]  # fmt: skip
+        "task 'translation' vs 'captioning'", "data.tokenizer.lowercase True vs False", "image_encoder.image_size 224 vs 64",
+    ], "decoder.heads differs too, but the rnn decoder family of both reads none"  # fmt: skip
     assert config_module.model_differences(saved, saved) == []
     assert config_module.model_differences(saved, to_dict(load_config(None, ["data.source_lang=de"]))) == ["data.source_lang 'fr' vs 'de'"]
+    transformer = ["decoder.family=transformer", "decoder.embedding_size=512", "decoder.hidden_size=512"]
+    assert config_module.model_differences(to_dict(load_config(None, transformer)), to_dict(load_config(None, [*transformer, "decoder.heads=2"]))) == ["decoder.heads 8 vs 2"]
+    # a key that only one of the two models reads counts: the rnn decoder reads decoder.rnn
+    assert config_module.model_differences(to_dict(load_config(None, transformer)), to_dict(load_config(None, ["decoder.rnn=lstm"]))) == [
+        "decoder.family 'transformer' vs 'rnn'", "decoder.embedding_size 512 vs 256", "decoder.rnn 'gru' vs 'lstm'",
+    ]  # fmt: skip
+    # neither Transformer reads decoder.rnn or decoder.score: a checkpoint saved with other values of them is the same model
+    assert config_module.model_differences(to_dict(load_config(None, transformer)), to_dict(load_config(None, [*transformer, "decoder.rnn=lstm", "decoder.score=scaled_dot"]))) == []
 
 
 # -- the keys a model does not read ------------------------------------------------------------------------
@@ -537,6 +545,14 @@ def test_a_saved_recipe_marks_what_its_model_does_not_read_and_reads_back_the_sa
     assert all(key in flat or any(name.startswith(key + ".") for name in flat) for key in marked), "each marked key is a key of the config"
     if config.decoder.family == "transformer":
         assert "  rnn: gru  # not read: the transformer decoder family has no RNN cell\n" in text
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_no_recipe_sets_a_key_its_model_does_not_read(path):
+    """A recipe that sets ``decoder.score`` under a Transformer decoder seems to choose something and chooses nothing."""
+    given = flattened(config_module.read_yaml(path.read_text()))
+    unread = config_module.unread_keys(load_config(path))
+    assert [key for key in given if any(key == part or key.startswith(part + ".") for part in unread)] == []
 
 
 def test_a_comment_that_would_change_what_the_file_reads_is_left_out(tmp_path, monkeypatch):

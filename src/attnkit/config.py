@@ -459,15 +459,26 @@ def defines_model(key: str) -> bool:
 
 def model_differences(first: Mapping[str, Any], second: Mapping[str, Any]) -> list[str]:
     """The keys that define a model on which two configs (plain dicts, :func:`to_dict`) differ, each as
-    ``key first vs second``; a key that training fills in counts only where both configs give it."""
+    ``key first vs second``; a key that training fills in counts only where both configs give it, and one that
+    neither config's model reads (:func:`unread_keys`: ``decoder.rnn`` of two Transformers) not at all."""
     one, other = _flat(first), _flat(second)
+    unread = _unread_in(first).keys() & _unread_in(second).keys()
     return [
         f"{key} {one.get(key)!r} vs {other.get(key)!r}"
         for key in dict.fromkeys([*one, *other])
         if defines_model(key)
         and one.get(key) != other.get(key)
         and not (key in RESOLVED_KEYS and "" in (one.get(key), other.get(key)))
+        and not any(key == part or key.startswith(part + ".") for part in unread)
     ]
+
+
+def _unread_in(values: Mapping[str, Any]) -> dict[str, str]:
+    """:func:`unread_keys` of a stored config dict; none where this version cannot build it (every key then counts)."""
+    try:
+        return unread_keys(from_dict(ExperimentConfig, drop_legacy_keys(values)))
+    except UserError:
+        return {}
 
 
 def unread_keys(config: ExperimentConfig) -> dict[str, str]:
