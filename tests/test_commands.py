@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from attnkit.commands import COMMANDS, main
+from attnkit.train import TrainingProgress
 from conftest import ROOT
 
 
@@ -100,3 +101,17 @@ def test_demo_refuses_counts_below_one_before_it_trains(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         demo.main(argv)
     assert exit_.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+
+
+def test_train_says_which_given_keys_its_model_does_not_read(monkeypatch, capsys, tmp_path):
+    """A key set in the recipe or with --set that the model never reads (attnkit.config.unread_keys) changes nothing:
+    training says so once, before it starts, and goes on."""
+    from attnkit.commands import train
+
+    trained = []
+    monkeypatch.setattr(train, "train_translation", lambda config, **_: trained.append(config) or TrainingProgress(epoch=1))
+    recipe = ROOT / "tasks" / "configs" / "tiny_transformer.yaml"
+    assert train.main(["--config", str(recipe), "--set", "decoder.rnn=lstm", "--set", "train.epochs=1", "--set", f"output_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert "note: decoder.rnn is not read by this model (the transformer decoder family has no RNN cell); it changes nothing" in out
+    assert out.count("note:") == 1 and len(trained) == 1 and trained[0].decoder.rnn == "lstm"

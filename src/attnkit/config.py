@@ -521,6 +521,17 @@ def unread_keys(config: ExperimentConfig) -> dict[str, str]:
     return unread
 
 
+def unread_given(config: ExperimentConfig, keys: Iterable[str]) -> dict[str, str]:
+    """Those of the dotted ``keys`` (what a recipe or ``--set`` gave) that ``config``'s model never reads, with why."""
+    unread = unread_keys(config)
+    return {key: why for key in keys for part, why in unread.items() if key == part or key.startswith(part + ".")}
+
+
+def recipe_keys(path: str | Path) -> list[str]:
+    """The dotted keys a recipe file sets (read by :func:`load_config` first, so it is known to be a valid one)."""
+    return list(_flat(read_yaml(Path(path).read_text(encoding="utf-8"))))
+
+
 # The model sections a task builds nothing from, for unread_keys.
 _ABSENT_PARTS = {
     "translation": (("image_encoder", "image encoder"),),

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from attnkit.captioning import TASK as CAPTIONING, train_captioning
 from attnkit.checkpoint import load_checkpoint
-from attnkit.config import ExperimentConfig, apply_overrides, from_dict, load_config
+from attnkit.config import ExperimentConfig, apply_overrides, from_dict, load_config, recipe_keys, unread_given
 from attnkit.distributed import Distributed
 from attnkit.errors import UserError
 from attnkit.multitask import TASK as MULTITASK, train_multitask
@@ -56,6 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(args.config, args.overrides)
     else:
         raise UserError("give --config tasks/configs/NAME.yaml for a new run or --resume CHECKPOINT to continue one")
+    given = [*(recipe_keys(args.config) if args.config else []), *(override.partition("=")[0].strip() for override in args.overrides)]
+    if Distributed.from_environment().is_main:
+        for key, why in unread_given(config, given).items():  # set, and without effect: say so rather than train as if it had one
+            print(f"note: {key} is not read by this model ({why}); it changes nothing")
     trainers = {TRANSLATION: train_translation, CAPTIONING: train_captioning, MULTITASK: train_multitask, PRETRAIN: train_pretraining}
     if config.task not in trainers:
         raise UserError(f"unknown task '{config.task}'; available: {', '.join(trainers)}")
