@@ -12,13 +12,14 @@ from attnkit.data.text import read_parallel
 from attnkit.errors import UserError, run_cli
 from attnkit.run_folder import RunFolder
 from attnkit.translation import Translator, train_translation
-from conftest import tiny_config, tiny_model
+from conftest import TINY_TRANSFORMER, tiny_config, tiny_model
 from attnkit.commands import average
 from test_train import toy_config
 
 
-def checkpoint_of(model, vocab) -> Checkpoint:
-    return Checkpoint("translation", to_dict(tiny_config()), {"source": vocab.to_list(), "target": vocab.to_list()}, model.state_dict())
+def checkpoint_of(model, vocab, **decoder) -> Checkpoint:
+    """A translation checkpoint of ``model``, built by ``tiny_model(vocab, **decoder)``."""
+    return Checkpoint("translation", to_dict(tiny_config(**decoder)), {"source": vocab.to_list(), "target": vocab.to_list()}, model.state_dict())
 
 
 def test_the_average_is_the_mean_of_the_weights(vocab):
@@ -37,12 +38,16 @@ def test_checkpoints_of_different_models_do_not_average(vocab):
 
 
 @pytest.mark.parametrize(
-    "section, key, value, shown",
-    [("decoder", "heads", 2, "decoder.heads 8 vs 2"), ("image_encoder", "image_size", 64, "image_encoder.image_size 224 vs 64")],
+    "decoder, section, key, value, shown",
+    [
+        (TINY_TRANSFORMER, "decoder", "heads", 4, "decoder.heads 2 vs 4"),
+        ({}, "decoder", "normaliser", "sparsemax", "decoder.normaliser 'softmax' vs 'sparsemax'"),
+    ],
+    ids=["transformer heads", "rnn normaliser"],
 )
-def test_checkpoints_whose_configs_define_other_models_do_not_average(vocab, section, key, value, shown):
-    """Other heads or another image size keep every weight's shape: the configs tell the models apart."""
-    first = checkpoint_of(tiny_model(vocab), vocab)
+def test_checkpoints_whose_configs_define_other_models_do_not_average(vocab, decoder, section, key, value, shown):
+    """Other heads or another normaliser keep every weight's shape: the configs tell the models apart."""
+    first = checkpoint_of(tiny_model(vocab, **decoder), vocab, **decoder)
     config = copy.deepcopy(first.config)
     config[section][key] = value
     other = dataclasses.replace(first, config=config)
@@ -51,6 +56,15 @@ def test_checkpoints_whose_configs_define_other_models_do_not_average(vocab, sec
         average_checkpoints([first, other], ["a.pt", "b.pt"])
     config = copy.deepcopy(first.config)
     config["train"]["epochs"] = 40  # a resumed run's later epochs: the same model
+    assert average_checkpoints([first, dataclasses.replace(first, config=config)], ["a.pt", "b.pt"]).config == config
+
+
+def test_configs_that_differ_only_where_neither_model_reads_average(vocab):
+    """A translator has no image encoder and an RNN decoder no heads (attnkit.config.unread_keys): configs that differ
+    there describe one model."""
+    first = checkpoint_of(tiny_model(vocab), vocab)
+    config = copy.deepcopy(first.config)
+    config["image_encoder"]["image_size"], config["decoder"]["heads"] = 64, 2
     assert average_checkpoints([first, dataclasses.replace(first, config=config)], ["a.pt", "b.pt"]).config == config
 
 

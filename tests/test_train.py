@@ -168,16 +168,16 @@ def test_validation_and_the_plateaus_see_the_average_and_a_resume_may_turn_it_on
 
 
 def test_resume_refuses_a_changed_architecture_and_touches_nothing(toy_data, tmp_path, capsys):
-    """More heads or another size may fit the saved weights (heads always do): one message lists what changed."""
+    """Another normaliser or another size may fit the saved weights (a normaliser always does): one message lists what changed."""
     from attnkit.errors import run_cli
     from attnkit.commands import train
 
     train_translation(toy_config(toy_data, tmp_path, "train.epochs=1", "train.valid_max_examples=8"), progress_bar=False, log=lambda _: None)
     before = {path.name: path.read_bytes() for path in tmp_path.iterdir() if path.is_file()}
-    argv = ["--resume", str(tmp_path / "last.pt"), "--no-progress", "--set", "train.epochs=2", "--set", "decoder.hidden_size=32", "--set", "decoder.heads=2"]
+    argv = ["--resume", str(tmp_path / "last.pt"), "--no-progress", "--set", "train.epochs=2", "--set", "decoder.hidden_size=32", "--set", "decoder.normaliser=sparsemax"]
     assert run_cli(train.main, argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: cannot resume: the config changes the checkpoint's model (saved vs asked): decoder.hidden_size 64 vs 32; decoder.heads 8 vs 2; keep")
+    assert err.startswith("error: cannot resume: the config changes the checkpoint's model (saved vs asked): decoder.hidden_size 64 vs 32; decoder.normaliser 'softmax' vs 'sparsemax'; keep")
     assert err.count("\n") == 1 and "train.epochs" not in err
     assert {path.name: path.read_bytes() for path in tmp_path.iterdir() if path.is_file()} == before
 
