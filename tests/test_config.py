@@ -54,7 +54,7 @@ TRANSLATION_SCHEDULE = {"train.batch_tokens", "train.epochs", "train.lr", "train
 @pytest.mark.parametrize(
     "recipe, precision, schedule",
     [
-        ("multi30k_de_en_transformer", "bf16", TRANSLATION_SCHEDULE),
+        ("multi30k_de_en_transformer", "bf16", TRANSLATION_SCHEDULE | {"train.decay_epochs"}),  # the GPU variant was measured without the decay
         ("multi30k_de_en_subword", "auto", TRANSLATION_SCHEDULE),
         # the fine-tuned backbone blocks' rate follows the decoder's by the same rule
         ("flickr8k", "auto", {"train.batch_tokens", "train.epochs", "train.lr", "train.warmup_steps", "image_encoder.backbone_lr"}),
