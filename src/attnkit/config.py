@@ -454,7 +454,12 @@ RESOLVED_KEYS = ("data.source_lang", "data.target_lang", "image_encoder.weights_
 
 def defines_model(key: str) -> bool:
     """Is dotted ``key`` part of what a trained model is (:data:`MODEL_KEYS`)?"""
-    return key not in NOT_MODEL_KEYS and any(key == part or key.startswith(part + ".") for part in MODEL_KEYS)
+    return key not in NOT_MODEL_KEYS and any(_within(key, part) for part in MODEL_KEYS)
+
+
+def _within(key: str, part: str) -> bool:
+    """Is dotted ``key`` the key or section ``part``, or one of that section's keys?"""
+    return key == part or key.startswith(part + ".")
 
 
 def model_differences(first: Mapping[str, Any], second: Mapping[str, Any]) -> list[str]:
@@ -469,7 +474,7 @@ def model_differences(first: Mapping[str, Any], second: Mapping[str, Any]) -> li
         if defines_model(key)
         and one.get(key) != other.get(key)
         and not (key in RESOLVED_KEYS and "" in (one.get(key), other.get(key)))
-        and not any(key == part or key.startswith(part + ".") for part in unread)
+        and not any(_within(key, part) for part in unread)
     ]
 
 
@@ -524,7 +529,7 @@ def unread_keys(config: ExperimentConfig) -> dict[str, str]:
 def unread_given(config: ExperimentConfig, keys: Iterable[str]) -> dict[str, str]:
     """Those of the dotted ``keys`` (what a recipe or ``--set`` gave) that ``config``'s model never reads, with why."""
     unread = unread_keys(config)
-    return {key: why for key in keys for part, why in unread.items() if key == part or key.startswith(part + ".")}
+    return {key: why for key in keys for part, why in unread.items() if _within(key, part)}
 
 
 def recipe_keys(path: str | Path) -> list[str]:
