@@ -48,15 +48,22 @@ def caption_gold(scenes: Sequence[tuple[str, Scene]], grid: tuple[int, int]) -> 
     by_caption: dict[tuple[str, tuple[str, ...]], ExampleGold] = {}
     for image, scene in scenes:
         cells = cell_boxes(grid, (scene.size, scene.size))  # (L, 4)
-        shares = [overlap_share(cells, item.box) for item in scene.objects]  # each (L,)
+        object_cells = [_cells_of(overlap_share(cells, item.box)) for item in scene.objects]
         for sentence in scene.sentences:
             entries = []
             for step, referent in enumerate(sentence.referents):
                 if referent is not None:
-                    share = shares[referent] / shares[referent].sum()  # (L,) a distribution over the cells
-                    entries += [(step, int(cell), float(share[cell])) for cell in share.nonzero().flatten()]
+                    entries += [(step, cell, weight) for cell, weight in object_cells[referent]]
             by_caption[image, sentence.english] = tuple(entries)
     return lambda image, words: by_caption.get((image, tuple(words)))
+
+
+def _cells_of(share) -> list[tuple[int, float]]:
+    """The (cell, weight) pairs of an object's overlap shares (L,), the weights normalised to a distribution; read
+    to the host once per object (not once per cell: a demo's captions name objects some 35,000 times)."""
+    share = share / share.sum()  # (L,)
+    cells = share.nonzero().flatten()  # (cells the object overlaps,)
+    return list(zip(cells.tolist(), share[cells].tolist()))
 
 
 def translation_gold(scenes: Sequence[tuple[str, Scene]]) -> TranslationGold:
