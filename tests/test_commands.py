@@ -115,3 +115,26 @@ def test_train_says_which_given_keys_its_model_does_not_read(monkeypatch, capsys
     out = capsys.readouterr().out
     assert "note: decoder.rnn is not read by this model (the transformer decoder family has no RNN cell); it changes nothing" in out
     assert out.count("note:") == 1 and len(trained) == 1 and trained[0].decoder.rnn == "lstm"
+
+
+def test_train_reads_its_recipe_once(monkeypatch, capsys, tmp_path):
+    """The run and the note on keys its model does not read come from one reading of the recipe: a file replaced or
+    removed meanwhile (an editor saving it, a sweep rewriting it) cannot make them disagree, nor end in a traceback."""
+    from attnkit.commands import train
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text((ROOT / "tasks" / "configs" / "tiny_transformer.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    read_once = train.read_recipe
+
+    def read_then_remove(path):
+        values = read_once(path)
+        values.setdefault("decoder", {})["rnn"] = "lstm"  # what the file said when it was read
+        Path(path).unlink()  # gone before anything else could read it again
+        return values
+
+    trained = []
+    monkeypatch.setattr(train, "read_recipe", read_then_remove)
+    monkeypatch.setattr(train, "train_translation", lambda config, **_: trained.append(config) or TrainingProgress(epoch=1))
+    assert train.main(["--config", str(recipe), "--set", "train.epochs=1", "--set", f"output_dir={tmp_path / 'run'}"]) == 0
+    assert "note: decoder.rnn is not read by this model" in capsys.readouterr().out
+    assert len(trained) == 1 and trained[0].decoder.rnn == "lstm"

@@ -532,9 +532,9 @@ def unread_given(config: ExperimentConfig, keys: Iterable[str]) -> dict[str, str
     return {key: why for key in keys for part, why in unread.items() if _within(key, part)}
 
 
-def recipe_keys(path: str | Path) -> list[str]:
-    """The dotted keys a recipe file sets (read by :func:`load_config` first, so it is known to be a valid one)."""
-    return list(_flat(read_yaml(Path(path).read_text(encoding="utf-8"))))
+def recipe_keys(recipe: Mapping[str, Any]) -> list[str]:
+    """The dotted keys a recipe sets (its settings as :func:`read_recipe` gives them)."""
+    return list(_flat(recipe))
 
 
 # The model sections a task builds nothing from, for unread_keys.
@@ -737,32 +737,35 @@ def apply_overrides(values: dict[str, Any], overrides: Iterable[str]) -> dict[st
 
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> ExperimentConfig:
     """Config from a YAML file (or the defaults when ``path`` is None) plus overrides."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.exists():
-            raise UserError(f"config file not found: {path}")
-        if path.is_dir():
-            raise UserError(f"config file {path} is a directory; give a YAML file such as tasks/configs/demo.yaml")
-        try:
-            raw = path.read_bytes()
-        except OSError as error:
-            raise UserError(f"cannot read config file {path}: {error.strerror or error}") from None
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            line = raw[: error.start].count(b"\n") + 1
-            raise UserError(f"config file {path} is not UTF-8 text (line {line} is not); save it as UTF-8") from None
-        try:
-            values = read_yaml(text)
-        except yaml.YAMLError as error:
-            raise UserError(f"config file {path} is not valid YAML: {_one_line(error)}") from None
-        if values is None:  # an empty file, or only comments: not the defaults by accident
-            raise UserError(f"config file {path} holds no settings (it is empty or only comments); give a recipe such as tasks/configs/demo.yaml")
-        if not isinstance(values, dict):
-            raise UserError(f"config file {path} must hold a mapping of sections, not {type(values).__name__} {values!r:.40}")
-    apply_overrides(values, overrides)
-    return from_dict(ExperimentConfig, values)
+    return from_dict(ExperimentConfig, apply_overrides(read_recipe(path) if path is not None else {}, overrides))
+
+
+def read_recipe(path: str | Path) -> dict[str, Any]:
+    """A recipe file's settings as nested dicts, read once (what :func:`recipe_keys` lists and :func:`load_config`
+    builds from); every way the file can be wrong is one UserError."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"config file not found: {path}")
+    if path.is_dir():
+        raise UserError(f"config file {path} is a directory; give a YAML file such as tasks/configs/demo.yaml")
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise UserError(f"cannot read config file {path}: {error.strerror or error}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise UserError(f"config file {path} is not UTF-8 text (line {line} is not); save it as UTF-8") from None
+    try:
+        values = read_yaml(text)
+    except yaml.YAMLError as error:
+        raise UserError(f"config file {path} is not valid YAML: {_one_line(error)}") from None
+    if values is None:  # an empty file, or only comments: not the defaults by accident
+        raise UserError(f"config file {path} holds no settings (it is empty or only comments); give a recipe such as tasks/configs/demo.yaml")
+    if not isinstance(values, dict):
+        raise UserError(f"config file {path} must hold a mapping of sections, not {type(values).__name__} {values!r:.40}")
+    return values
 
 
 def save_config(config: ExperimentConfig, path: str | Path) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from attnkit.captioning import TASK as CAPTIONING, train_captioning
 from attnkit.checkpoint import load_checkpoint
-from attnkit.config import ExperimentConfig, apply_overrides, from_dict, load_config, recipe_keys, unread_given
+from attnkit.config import ExperimentConfig, apply_overrides, from_dict, read_recipe, recipe_keys, unread_given
 from attnkit.distributed import Distributed
 from attnkit.errors import UserError
 from attnkit.multitask import TASK as MULTITASK, train_multitask
@@ -43,7 +43,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
-    resume = None
+    resume, recipe = None, {}
     if args.resume:
         if args.config:
             raise UserError("give either --config (a new run) or --resume (its saved config is used), not both")
@@ -53,10 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         values = {**copy.deepcopy(resume.config), "output_dir": str(Path(args.resume).parent)}
         config = from_dict(ExperimentConfig, apply_overrides(values, args.overrides))
     elif args.config:
-        config = load_config(args.config, args.overrides)
+        recipe = read_recipe(args.config)  # read once: the keys it sets are told from the same text the run is built from
+        config = from_dict(ExperimentConfig, apply_overrides(copy.deepcopy(recipe), args.overrides))
     else:
         raise UserError("give --config tasks/configs/NAME.yaml for a new run or --resume CHECKPOINT to continue one")
-    given = [*(recipe_keys(args.config) if args.config else []), *(override.partition("=")[0].strip() for override in args.overrides)]
+    given = [*recipe_keys(recipe), *(override.partition("=")[0].strip() for override in args.overrides)]
     if Distributed.from_environment().is_main:
         for key, why in unread_given(config, given).items():  # set, and without effect: say so rather than train as if it had one
             print(f"note: {key} is not read by this model ({why}); it changes nothing")
