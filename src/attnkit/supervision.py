@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from torch import Tensor
+
 from attnkit.analysis import cell_boxes, overlap_share
 from attnkit.data.batching import ExampleGold
 from attnkit.data.folder import INFO_FILE, read_dataset_info
@@ -58,7 +60,7 @@ def caption_gold(scenes: Sequence[tuple[str, Scene]], grid: tuple[int, int]) -> 
     return lambda image, words: by_caption.get((image, tuple(words)))
 
 
-def _cells_of(share) -> list[tuple[int, float]]:
+def _cells_of(share: Tensor) -> list[tuple[int, float]]:
     """The (cell, weight) pairs of an object's overlap shares (L,), the weights normalised to a distribution; read
     to the host once per object (not once per cell: a demo's captions name objects some 35,000 times)."""
     share = share / share.sum()  # (L,)

@@ -43,7 +43,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
-    resume, recipe = None, {}
+    resume, set_by_recipe = None, []
     if args.resume:
         if args.config:
             raise UserError("give either --config (a new run) or --resume (its saved config is used), not both")
@@ -51,13 +51,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A resumed run writes beside the checkpoint it continues (a copied run folder goes on in the copy),
         # unless --set output_dir says otherwise.
         values = {**copy.deepcopy(resume.config), "output_dir": str(Path(args.resume).parent)}
-        config = from_dict(ExperimentConfig, apply_overrides(values, args.overrides))
     elif args.config:
-        recipe = read_recipe(args.config)  # read once: the keys it sets are told from the same text the run is built from
-        config = from_dict(ExperimentConfig, apply_overrides(copy.deepcopy(recipe), args.overrides))
+        values = read_recipe(args.config)  # read once: the keys it sets are told from the same text the run is built from
+        set_by_recipe = recipe_keys(values)  # before the overrides go in
     else:
         raise UserError("give --config tasks/configs/NAME.yaml for a new run or --resume CHECKPOINT to continue one")
-    given = [*recipe_keys(recipe), *(override.partition("=")[0].strip() for override in args.overrides)]
+    config = from_dict(ExperimentConfig, apply_overrides(values, args.overrides))
+    given = [*set_by_recipe, *(override.partition("=")[0].strip() for override in args.overrides)]
     if Distributed.from_environment().is_main:
         for key, why in unread_given(config, given).items():  # set, and without effect: say so rather than train as if it had one
             print(f"note: {key} is not read by this model ({why}); it changes nothing")
