@@ -273,7 +273,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--photos", type=non_negative_int, default=0, help=f"study only the first N photos (default all; at least {MOSAIC_PHOTOS}, a mosaic's)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the mosaics: which three other photos join each photo, and their order")
     parser.add_argument("--beam", type=positive_int, default=5, help="beam of the quality scores")
-    parser.add_argument("--figure", default="", help="also copy the example's comparison.png here (the README's figure)")
+    parser.add_argument("--figure", default="", help="also copy the example's comparison.png here (the figure of docs/comparison.md, \"What the study says\")")
     parser.add_argument("--quick", action="store_true", help=f"a tiny model on {QUICK['train']} photos and {QUICK['pairs']} pairs, {QUICK['photos']} study photos")
     parser.add_argument("--scst-epochs", type=non_negative_int, default=0, metavar="N", help="then N epochs of self-critical training from the joint model's best.pt, into joint-scst (0: none)")
     parser.add_argument("--scst-set", dest="scst_overrides", action="append", default=[], metavar="KEY=VALUE", help="config override of the SCST stage only (after JOINT_SCST)")
