@@ -199,7 +199,11 @@ def cut_short_run(folder: Path, config: ExperimentConfig) -> Path | None:
     return folder / "last.pt" if trains(folder, config) is not None else None
 
 
-def mean_and_spread(values: list[float]) -> dict:
+def mean_and_spread(values: list[float | None]) -> dict:
+    """Mean, spread and runs of one score over the seeds. A score some run could not measure (METEOR where Java or
+    its jar is missing, as on the lent GPU machine) has no mean or spread: None, as that run's own figure is."""
+    if any(value is None for value in values):
+        return {"mean": None, "spread": None, "runs": values}
     values = [float(value) for value in values]  # plain floats (scores may come as numpy floats)
     return {"mean": round(sum(values) / len(values), 2), "spread": round(max(values) - min(values), 2), "runs": values}
 

@@ -156,7 +156,8 @@ def run_step(log: StepLog, name: str, limit: float, work: Callable[[float], dict
 
 # -- the recipes -----------------------------------------------------------------------------------------------
 def recipe_configs(args: argparse.Namespace, scenes: Path, cache: Path, precision: str, extra: list[str] = ()) -> dict:
-    common = [f"train.device={args.device}", f"train.precision={precision}", f"data.feature_cache={cache}", "output_dir="]
+    # No decay of the rate: it is laid out over train.epochs, and this check runs epochs until its steps are done
+    common = [f"train.device={args.device}", f"train.precision={precision}", f"data.feature_cache={cache}", "output_dir=", "train.decay_epochs=0"]
     if args.tiny:
         common += TINY
     text = [f"data.path={text_data(args, scenes)}"]

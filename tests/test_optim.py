@@ -214,6 +214,15 @@ def test_a_run_shorter_than_its_decay_decays_throughout():
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
 
 
+def test_epochs_past_the_decay_s_end_keep_the_rate_at_0_never_below():
+    """bench/gpu_smoke.py runs epochs by steps, past train.epochs when its steps ask for more: a rate below 0 would
+    climb the loss."""
+    optimizer, schedule = _schedule(epochs=4, decay_epochs=2)
+    for step, position in enumerate([3.5, 4.0, 6.0]):
+        schedule.before_step(step, position)
+        assert [group["lr"] for group in optimizer.param_groups] == pytest.approx([0.025, 0.0025] if position == 3.5 else [0.0, 0.0])
+
+
 def test_a_stop_before_or_inside_the_decay_says_how_much_of_it_ran():
     _, schedule = _schedule(epochs=10, decay_epochs=3)
     assert schedule.cut_short(5) == schedule.cut_short(7) == ", before its decay (the last 3 of 10 epochs) began"

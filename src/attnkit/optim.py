@@ -60,10 +60,12 @@ class LearningRateSchedule:
 
     def decayed(self, position: float | None) -> float | None:
         """How much of the decay lies behind a step at ``position`` (epochs done, counted in steps: epoch e's
-        step i of n is at e - 1 + i / n): from 0 at the first decaying step to below 1 at the last; None before it."""
+        step i of n is at e - 1 + i / n): from 0 at the first decaying step to below 1 at the last; None before it.
+        Past the last epoch (a caller running epochs on its own, as bench/gpu_smoke.py does) it stays at 1: the rate 0,
+        never a negative one."""
         if self.decay_epochs == 0 or position is None or position < self.decay_start:
             return None
-        return (position - self.decay_start) / self.decay_epochs
+        return min(1.0, (position - self.decay_start) / self.decay_epochs)
 
     def cut_short(self, epoch: int) -> str:
         """What a stop after ``epoch`` (early stopping, the time budget) leaves of the decay, for the stop's line: a
