@@ -288,7 +288,7 @@ class TrainConfig(_Checked):
     valid_beam_size: int = checked(1, at_least(1))  # beam used by validation decoding (1: greedy; at most the tokens the model can output)
     valid_max_examples: int = checked(0, at_least(0))  # decode at most this many validation examples (0: all)
     device: str = checked("auto", matching(r"auto|cpu|cuda(:[0-9]+)?", "auto, cpu, cuda or cuda:N"))  # auto (cuda when present) | cpu | cuda | cuda:N
-    precision: str = checked("auto", one_of(*PRECISIONS, what="precision"))  # auto (fp32 everywhere, TF32 products on CUDA: docs/scaling.md) | fp32 | bf16 | fp16
+    precision: str = checked("auto", one_of(*PRECISIONS, what="precision"))  # auto (fp32 everywhere, TF32 products on CUDA: docs/scaling.md) | fp32 | bf16 (on an x86 CPU without bf16 instructions far slower: the run warns) | fp16
     compile: bool = False  # torch.compile, with dynamic shapes, each part a step runs many times (Transformer layers, the RNN decoder's attention and cell step; attnkit.train.compile_layers): fewer kernel launches on a GPU, each new shape compiled first (docs/scaling.md)
     num_workers: int = checked(0, at_least(0))  # data loader workers (0: none on a CPU; on CUDA this process's share of the cores less one, at most 8)
     threads: int = checked(0, at_least(0))  # torch CPU threads (0: the cores this process may use, shared among the ranks of a torchrun job on this machine)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import platform
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -99,6 +100,30 @@ def resolve_precision(name: str) -> torch.dtype:
     if name not in choices:
         raise UserError(f"precision must be auto, fp32, bf16 or fp16, got '{name}'")
     return choices[name]
+
+
+def cpu_has_bf16_instructions() -> bool | None:
+    """Whether this x86 CPU multiplies bf16 in hardware (``avx512_bf16`` or AMX, as torch's own probes find them);
+    None where that is not known (another architecture, a torch without the probes)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if None in probes:
+        return None
+    return any(probe() for probe in probes)
+
+
+def slow_precision_warning(device: torch.device, dtype: torch.dtype) -> str | None:
+    """The line to print before training in ``dtype`` on ``device`` where it runs far slower than fp32: bf16 autocast
+    on an x86 CPU without bf16 instructions, where its matrix products run in software (a recipe's bf16 was
+    measured on CPUs that have them). None where nothing is known to be slow."""
+    if device.type != "cpu" or dtype != torch.bfloat16 or cpu_has_bf16_instructions() is not False:
+        return None
+    return (
+        "warning: bf16 autocast on a CPU without bf16 instructions (avx512_bf16 or AMX): its matrix products run in "
+        "software here, far slower than fp32 (the Multi30k Transformer recipe trained 22x slower on two AVX2 cores, "
+        "BENCHMARKS.md); --set train.precision=fp32 trains in fp32"
+    )
 
 
 def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:

@@ -35,7 +35,7 @@ from tqdm import tqdm
 from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights, save_checkpoint
 from attnkit.config import ExperimentConfig, TrainConfig, save_config, to_dict
 from attnkit.data.batching import BatchLimit, BucketBatchSampler, length_multiple, padded_collate
-from attnkit.distributed import Distributed, ShardedBatchSampler, autocast, choose_threads, loader_workers, resolve_device, resolve_precision
+from attnkit.distributed import Distributed, ShardedBatchSampler, autocast, choose_threads, loader_workers, resolve_device, resolve_precision, slow_precision_warning
 from attnkit.errors import UserError, out_of_memory
 from attnkit.optim import LearningRateSchedule, WeightAverage, load_optimizer_state
 from attnkit.run_folder import RunFolder, epoch_checkpoint_name
@@ -542,6 +542,8 @@ def train_recipe(
         threads = choose_threads(config.train.threads, distributed.local_world_size)
         torch.set_num_threads(threads)
         log(f"{config.task} on {device}" + (f", rank 0 of {distributed.world_size}" if distributed.enabled else "") + f", {threads} CPU thread(s), batches of {BatchLimit.of(config.train)}")
+        if warning := slow_precision_warning(device, resolve_precision(config.train.precision)):
+            log(warning)
         folder = RunFolder(config.run_dir)
         distributed.on_main(lambda: check_run_folder(folder, resume, overwrite))
         torch.manual_seed(config.train.seed)  # the same initial weights on every rank
