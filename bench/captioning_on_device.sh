@@ -8,9 +8,9 @@
 # (bench/device_stage.py), one call each, one right after the other while the machine stays warm (30 s):
 #
 #   bash bench/device_wheels.sh                                   # here, once: .whl/ (about 41 MB)
-#   python bench/device_stage.py split ../shared/data/flickr8k    # here: .stage/flickr8k-1..4, and the calls to make
-#   # device calls 1-K (split prints them: 3 on 2026-12-04), carry [".stage/flickr8k-K"]:  python3 bench/device_stage.py receive .stage/flickr8k-K
-#   # device call 5, carry [".whl"]:                   bash bench/captioning_on_device.sh 585
+#   python bench/device_stage.py split ../shared/data/flickr8k    # here: .stage/flickr8k-1..K, and the calls to make
+#   # device calls 1..K (split prints them: 3 on 2026-12-04), carry [".stage/flickr8k-K"]:  python3 bench/device_stage.py receive .stage/flickr8k-K
+#   # then one more call, carry [".whl"]:             bash bench/captioning_on_device.sh 585
 #   python bench/device_stage.py clean                            # here, afterwards
 #
 # A call stopped by its limit loses at most the epoch under way: the same call again continues each run from its
