@@ -219,23 +219,33 @@ def test_loader_workers_scale_with_the_cores_and_the_ranks(monkeypatch):
     assert loader_workers() == 1
 
 
+def _cpu_probes(monkeypatch, machine: str, bf16_instructions: bool, amx: bool) -> None:
+    monkeypatch.setattr(distributed.platform, "machine", lambda: machine)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: bf16_instructions)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+
+
 @pytest.mark.parametrize(
     "machine, bf16_instructions, amx, warned",
     [("x86_64", False, False, True), ("x86_64", True, False, False), ("x86_64", False, True, False), ("aarch64", False, False, False)],
 )
-def test_bf16_on_an_x86_cpu_without_bf16_instructions_is_said_before_training(toy_data, tmp_path, monkeypatch, machine, bf16_instructions, amx, warned):
+def test_bf16_is_said_to_be_slow_on_an_x86_cpu_without_bf16_instructions_alone(monkeypatch, machine, bf16_instructions, amx, warned):
     """Autocast's bf16 products run in software there: the Multi30k Transformer recipe trained 22x slower than in fp32
     on two AVX2 cores (BENCHMARKS.md). Another architecture's instructions are not probed, so nothing is claimed."""
-    monkeypatch.setattr(distributed.platform, "machine", lambda: machine)
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: bf16_instructions)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    _cpu_probes(monkeypatch, machine, bf16_instructions, amx)
+    warning = distributed.slow_precision_warning(torch.device("cpu"), torch.bfloat16)
+    assert (warning is not None) == warned and (warning is None or "--set train.precision=fp32" in warning)
+    assert distributed.slow_precision_warning(torch.device("cpu"), torch.float32) is None  # fp32 is never slow for want of instructions
+    assert distributed.slow_precision_warning(torch.device("cuda"), torch.bfloat16) is None
+
+
+def test_the_slow_bf16_warning_is_a_line_before_training(toy_data, tmp_path, monkeypatch):
+    _cpu_probes(monkeypatch, "x86_64", bf16_instructions=False, amx=False)
     lines = []
     config = load_config(
         "tasks/configs/tiny.yaml", [f"data.path={toy_data}", f"output_dir={tmp_path}", "train.epochs=1", "train.precision=bf16", "train.valid_max_examples=10"]
     )  # fmt: skip
     train_translation(config, progress_bar=False, log=lines.append)
     warnings = [line for line in lines if line.startswith("warning: bf16 autocast on a CPU without bf16 instructions")]
-    assert len(warnings) == int(warned) and all("--set train.precision=fp32" in line for line in warnings)
-    cpu = torch.device("cpu")
-    assert distributed.slow_precision_warning(cpu, torch.float32) is None  # fp32 is never slow for want of instructions
-    assert distributed.slow_precision_warning(torch.device("cuda"), torch.bfloat16) is None
+    assert len(warnings) == 1 and "--set train.precision=fp32" in warnings[0]
+    assert lines.index(warnings[0]) < next(i for i, line in enumerate(lines) if line.startswith("epoch 1"))  # said before the first epoch

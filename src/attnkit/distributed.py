@@ -114,7 +114,7 @@ def cpu_has_bf16_instructions() -> bool | None:
 
 
 def slow_precision_warning(device: torch.device, dtype: torch.dtype) -> str | None:
-    """The line to print before training in ``dtype`` on ``device`` where it runs far slower than fp32: bf16 autocast
+    """The line a Trainer prints before training in ``dtype`` on ``device`` where it runs far slower than fp32: bf16 autocast
     on an x86 CPU without bf16 instructions, where its matrix products run in software (a recipe's bf16 was
     measured on CPUs that have them). None where nothing is known to be slow."""
     if device.type != "cpu" or dtype != torch.bfloat16 or cpu_has_bf16_instructions() is not False:

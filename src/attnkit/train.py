@@ -156,6 +156,8 @@ class Trainer:
         self.dtype = resolve_precision(config.precision)
         self.log = log if self.distributed.is_main else _silent
         self.watch = watch if self.distributed.is_main else None
+        if warning := slow_precision_warning(self.device, self.dtype):  # every training (and bench) that builds a Trainer
+            self.log(warning)
 
         self.model = model.to(self.device)
         self.train_model = model
@@ -542,8 +544,6 @@ def train_recipe(
         threads = choose_threads(config.train.threads, distributed.local_world_size)
         torch.set_num_threads(threads)
         log(f"{config.task} on {device}" + (f", rank 0 of {distributed.world_size}" if distributed.enabled else "") + f", {threads} CPU thread(s), batches of {BatchLimit.of(config.train)}")
-        if warning := slow_precision_warning(device, resolve_precision(config.train.precision)):
-            log(warning)
         folder = RunFolder(config.run_dir)
         distributed.on_main(lambda: check_run_folder(folder, resume, overwrite))
         torch.manual_seed(config.train.seed)  # the same initial weights on every rank
