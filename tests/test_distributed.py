@@ -22,7 +22,7 @@ import torch.multiprocessing as mp
 from attnkit.checkpoint import load_checkpoint
 from attnkit.config import load_config
 from attnkit.data.text import write_parallel_dataset
-from attnkit.distributed import Distributed, end_process
+from attnkit.distributed import Distributed, end_process, shared_gpu_message
 from attnkit.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -267,6 +267,34 @@ def test_each_rank_takes_its_own_gpu_or_the_only_one_it_sees():
     assert second.own_gpu(visible=2) == 1 and second.own_gpu(visible=1) == 0
     with pytest.raises(UserError, match="LOCAL_RANK 2 has no GPU of its own: this process sees 2 CUDA device"):
         Distributed(rank=2, world_size=3, local_rank=2, local_world_size=3).own_gpu(visible=2)
+
+
+def test_ranks_that_would_share_a_gpu_are_one_message():
+    """torchrun --nproc_per_node 2 on a one-GPU machine shows each rank one GPU, as SLURM's --gpus-per-task=1 does:
+    only the ranks' GPUs compared across the job tell the two apart (else NCCL's "Duplicate GPU detected")."""
+    assert shared_gpu_message(["GPU a on n1", "GPU b on n1", "GPU c on n2"]) is None
+    message = shared_gpu_message(["GPU a on n1", "GPU b on n1", "GPU a on n1"])
+    assert message == (
+        "ranks 0 and 2 would both train on GPU a on n1: start at most one process per GPU "
+        "(torchrun --nproc_per_node at most the machine's GPUs)"
+    )
+
+
+def _gather_worker(rank: int, world: int, port: int, report: str) -> None:
+    _rank_environment(rank, world, port)
+    job = Distributed.from_environment()
+    job.start(torch.device("cpu"))
+    gathered = [job.gather_over_gloo(f"rank {rank}"), job.gather(rank)]  # the default group still works after it
+    Path(f"{report}-{rank}.json").write_text(json.dumps(gathered))
+    job.stop()
+
+
+def test_every_rank_gathers_every_ranks_value_over_gloo(tmp_path):
+    """The comparison of GPUs runs over a gloo group of its own (on CUDA, before NCCL's first collective)."""
+    mp.spawn(_gather_worker, args=(2, free_port(), str(tmp_path / "report")), nprocs=2, join=True)
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"report-{rank}.json").read_text()) == [["rank 0", "rank 1"], [0, 1]]
+    assert Distributed().gather_over_gloo("alone") == ["alone"]
 
 
 def _timeout_worker(rank: int, world: int, port: int, report: str) -> None:

@@ -20,6 +20,7 @@ import datetime
 import os
 import platform
 import re
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -206,6 +207,10 @@ class Distributed:
             torch.cuda.set_device(device)
         if not dist.is_initialized():
             dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", timeout=STEP_TIMEOUT)
+        if device.type == "cuda":
+            gpus = self.gather_over_gloo(f"GPU {torch.cuda.get_device_properties(device).uuid} on {socket.gethostname()}")
+            if message := shared_gpu_message(gpus):
+                raise UserError(message)
         _WAITING_FOR_RANK_0[:] = [dist.new_group(timeout=RANK_0_WORK_TIMEOUT)]  # every rank makes it, in the same order
         return device
 
@@ -257,6 +262,17 @@ class Distributed:
         dist.all_gather_object(values, value)
         return values
 
+    def gather_over_gloo(self, value: T) -> list[T]:
+        """Every rank's ``value``, in rank order, over a gloo group of its own: for a question NCCL cannot be asked
+        yet (whether two ranks share a GPU, where NCCL's first collective would fail with an error of its own)."""
+        if not self.enabled:
+            return [value]
+        gloo = dist.new_group(backend="gloo")  # every rank makes it, in the same order
+        values: list[Any] = [None] * self.world_size
+        dist.all_gather_object(values, value, group=gloo)
+        dist.destroy_process_group(gloo)
+        return values
+
     def sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` summed over the ranks (a new tensor; the input is unchanged)."""
         if not self.enabled:
@@ -264,6 +280,24 @@ class Distributed:
         total = tensor.clone()
         dist.all_reduce(total)
         return total
+
+
+def shared_gpu_message(gpu_of_rank: list[str]) -> str | None:
+    """The error for ranks that would share a GPU (``gpu_of_rank[r]``: rank r's GPU, named by its UUID), else None.
+
+    A process that sees one GPU takes it (:meth:`Distributed.own_gpu`), as SLURM's ``--gpus-per-task=1`` wants; but
+    ``torchrun --nproc_per_node 2`` on a one-GPU machine shows both processes that one GPU too, and alone neither
+    can tell the two cases apart. Compared across the ranks, they can.
+    """
+    first_rank: dict[str, int] = {}
+    for rank, gpu in enumerate(gpu_of_rank):
+        if gpu in first_rank:
+            return (
+                f"ranks {first_rank[gpu]} and {rank} would both train on {gpu}: start at most one process per GPU "
+                "(torchrun --nproc_per_node at most the machine's GPUs)"
+            )
+        first_rank[gpu] = rank
+    return None
 
 
 _WAITING_FOR_RANK_0: list[Any] = []  # the process group of the waits for rank 0's work, once Distributed.start made it
