@@ -8,6 +8,7 @@ Run from the project root::
     python bench/beam_speed.py --sources 8 --repeats 1 --threads 1  # a smoke check (seconds)
     python bench/beam_speed.py --decoder transformer --max-length 40 --eos-bias -10000            # the Transformer, its key/value cache ...
     python bench/beam_speed.py --decoder transformer --max-length 40 --eos-bias -10000 --no-cache # ... against recomputing the prefix
+    python bench/beam_speed.py --decoder transformer --eos-bias -10000 --precision bf16             # decoding a bf16 checkpoint
 
 What is timed: ``beam_search`` over the sources in length-sorted batches of
 ``--batch-size`` (as ``Translator.translate`` decodes), ``--repeats`` times after a
@@ -64,6 +65,7 @@ from attnkit.config import DecoderConfig, SearchConfig, TextEncoderConfig
 from attnkit.data.batching import pad_sequences
 from attnkit.decoders import build_decoder
 from attnkit.decoders.transformer import RecomputingDecoder
+from attnkit.distributed import autocast, resolve_precision
 from attnkit.encoders.text import build_text_encoder
 from attnkit.errors import run_cli
 from attnkit.interfaces import Decoder, DecoderState, EncoderOutput, Grid, StepOutput
@@ -97,6 +99,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=3, help="timed passes over all sources; the median is reported")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=1, help="seed of the weights and the sources")
+    parser.add_argument(
+        "--precision", choices=("fp32", "bf16"), default="fp32", help="the autocast the searches run under, as decoding a checkpoint of that train.precision does"
+    )
     return parser
 
 
@@ -184,11 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     limit = f"{args.max_length} steps" if args.max_length else f"{search.max_length_ratio:g} x source length + {search.max_length_offset}"
     print(f"beam_speed: {what}")
     print(f"{args.sources} sources in batches of {args.batch_size}, beam {args.beam}, alpha {alpha:g}, limit {limit}, <eos> bias {args.eos_bias:+g}")
-    print(f"torch threads {torch.get_num_threads()}")
+    print(f"torch threads {torch.get_num_threads()}, precision {args.precision}")
     if busy_before is not None and busy_before >= 0.25:
         print(f"note: other work kept {busy_before} core(s) busy just before the start; rerun on idle cores")
 
-    with torch.no_grad():
+    with torch.no_grad(), autocast(torch.device("cpu"), resolve_precision(args.precision)):  # as Translator and Captioner decode
         decode(CountingDecoder(decoder), [batches[0]], args.beam, alpha, args.max_length, search)  # warm-up
         seconds, digests = [], set()
         for repeat in range(args.repeats):
@@ -223,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         "mean_length": round(mean_length, 2),
         "finished": finished,
         "outputs_digest": sorted(digests)[0] if len(digests) == 1 else sorted(digests),
+        "precision": args.precision,
         "threads": args.threads,
         "seed": args.seed,
     }

@@ -11,6 +11,7 @@ from attnkit.config import load_config
 from attnkit.data.batching import pad_sequences
 from attnkit.data.features import FeatureCache, encoder_identity
 from attnkit.distributed import loader_workers, resolve_device
+from attnkit.errors import UserError
 from attnkit.files import file_digest
 from attnkit.interfaces import GridFeatures
 from attnkit.losses import Seq2SeqObjective
@@ -249,3 +250,38 @@ def test_the_slow_bf16_warning_is_a_line_before_training(toy_data, tmp_path, mon
     warnings = [line for line in lines if line.startswith("warning: bf16 autocast on a CPU without bf16 instructions")]
     assert len(warnings) == 1 and "--set train.precision=fp32" in warnings[0]
     assert lines.index(warnings[0]) < next(i for i, line in enumerate(lines) if line.startswith("epoch 1"))  # said before the first epoch
+
+
+def test_a_bf16_checkpoint_decodes_in_fp32_when_asked_and_is_said_to_be_slow_otherwise(toy_data, tmp_path, monkeypatch, capsys):
+    """Decoding takes the checkpoint's precision (as its validation did); on an x86 CPU without bf16 instructions that
+    is 3.6-4.7x slower than fp32 (bench/beam_speed.py --precision), so the commands say so and take --precision fp32."""
+    import json
+
+    from attnkit.commands import main
+
+    _cpu_probes(monkeypatch, "x86_64", bf16_instructions=False, amx=False)
+    config = load_config(
+        "tasks/configs/tiny.yaml", [f"data.path={toy_data}", f"output_dir={tmp_path}", "train.epochs=1", "train.precision=bf16", "train.valid_max_examples=10"]
+    )  # fmt: skip
+    train_translation(config, progress_bar=False, log=lambda _: None)
+    checkpoint = str(tmp_path / "best.pt")
+    slow = "warning: bf16 autocast on a CPU without bf16 instructions"
+
+    assert main(["translate", "--checkpoint", checkpoint, "--device", "cpu", "a b c"]) == 0
+    said = capsys.readouterr().err.splitlines()
+    assert [line for line in said if line.startswith(slow)] == [distributed.slow_precision_warning(torch.device("cpu"), torch.bfloat16, decoding=True)]
+    assert "--precision fp32 decodes in fp32" in said[0]
+
+    evaluate = ["evaluate", "--checkpoint", checkpoint, "--device", "cpu", "--data", str(toy_data), "--split", "test", "--limit", "8"]
+    assert main([*evaluate, "--precision", "fp32"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["precision"] == "fp32" and slow not in captured.err
+    assert main(evaluate) == 0
+    assert json.loads(capsys.readouterr().out)["precision"] == "bf16"  # the checkpoint's, by default
+
+    assert Translator.from_checkpoint(checkpoint, device="cpu", precision="fp32").precision == torch.float32
+    with pytest.raises(UserError, match="the decoding precision must be checkpoint, fp32, bf16, got 'half'"):
+        Translator.from_checkpoint(checkpoint, device="cpu", precision="half")
+    with pytest.raises(SystemExit) as refused:  # argparse names the choices
+        main(["translate", "--checkpoint", checkpoint, "--precision", "half", "a"])
+    assert refused.value.code == 2 and "invalid choice: 'half'" in capsys.readouterr().err

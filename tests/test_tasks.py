@@ -107,7 +107,7 @@ def test_evaluate_and_compare_warn_of_cut_sources_as_translate_does(checkpoint, 
 
     # compare.py of one photo and sentence (the comparison itself stubbed: only what the translator reads matters here)
     translator = Translator.from_checkpoint(checkpoint, device="cpu")
-    monkeypatch.setattr(compare.AttentionComparer, "from_checkpoints", lambda *args, **kwargs: SimpleNamespace(translator=translator))
+    monkeypatch.setattr(compare.AttentionComparer, "from_checkpoints", lambda *args, **kwargs: SimpleNamespace(translator=translator, captioner=None))
     monkeypatch.setattr(compare, "write_comparison", lambda *args, **kwargs: [])
     Image.new("RGB", (8, 8)).save(tmp_path / "photo.png")
     argv = ["--checkpoint", str(checkpoint), "--image", str(tmp_path / "photo.png"), "--source", long, "--no-importance", "--out", str(tmp_path / "out")]

@@ -41,7 +41,7 @@ from attnkit.model import MULTITASK, EncoderDecoder, build_captioning_model, des
 from attnkit.search import search
 from attnkit.self_critical import SelfCriticalObjective, cider_d_reward
 from attnkit.supervision import CaptionGold, caption_gold, describe_gold, require_gold, scene_ground_truth
-from attnkit.distributed import autocast, resolve_device, resolve_precision
+from attnkit.distributed import autocast, decoding_precision, resolve_device
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
 from attnkit.vocab import EOS, SubwordModel, Tokenizer, Vocabulary
 from attnkit.watch import DrawAttention
@@ -158,9 +158,15 @@ class Captioner:
 
     @classmethod
     def from_checkpoint(
-        cls, checkpoint: str | Path | Checkpoint, device: str = "auto", cache_dir: str | Path | None = None, model: EncoderDecoder | None = None
+        cls,
+        checkpoint: str | Path | Checkpoint,
+        device: str = "auto",
+        cache_dir: str | Path | None = None,
+        model: EncoderDecoder | None = None,
+        precision: str = "checkpoint",
     ) -> "Captioner":
-        """A captioner from a checkpoint file (or one already loaded); ``model``: its model when already built."""
+        """A captioner from a checkpoint file (or one already loaded); ``model``: its model when already built;
+        ``precision``: what it decodes in (:func:`attnkit.distributed.decoding_precision`)."""
         if not isinstance(checkpoint, Checkpoint):
             checkpoint = load_checkpoint(checkpoint, task=(TASK, MULTITASK))
         config = from_dict(ExperimentConfig, checkpoint.config)
@@ -169,18 +175,20 @@ class Captioner:
             model = model_from_checkpoint(checkpoint)
         cache = _feature_cache(model.encoder_for("image"), cache_dir) if cache_dir else None
         device = resolve_device(device)
-        return cls(model, pipeline, config.search, device, cache, resolve_precision(config.train.precision))
+        return cls(model, pipeline, config.search, device, cache, decoding_precision(precision, config.train.precision))
 
     @classmethod
-    def from_checkpoints(cls, checkpoints: Sequence[str | Path | Checkpoint], device: str = "auto", cache_dir: str | Path | None = None) -> "Captioner":
+    def from_checkpoints(
+        cls, checkpoints: Sequence[str | Path | Checkpoint], device: str = "auto", cache_dir: str | Path | None = None, precision: str = "checkpoint"
+    ) -> "Captioner":
         """The captioner of one checkpoint, or of several an ensemble (:mod:`attnkit.ensemble`): every caption is searched
         over the mean of their next-word log-probabilities; each member reads the image its own way (size, backbone,
         feature cache). The members must share one vocabulary: checkpoints of one recipe (its seeds, its epochs)."""
         if not checkpoints:
             raise UserError("no checkpoint given")
-        first = cls.from_checkpoint(checkpoints[0], device, cache_dir)
+        first = cls.from_checkpoint(checkpoints[0], device, cache_dir, precision=precision)  # the ensemble decodes in the first's precision
         for number, path in enumerate(checkpoints[1:], 2):
-            member = cls.from_checkpoint(path, device, cache_dir)
+            member = cls.from_checkpoint(path, device, cache_dir, precision=precision)
             if member.pipeline.vocabularies != first.pipeline.vocabularies:
                 named = path if not isinstance(path, Checkpoint) else f"checkpoint {number}"
                 raise UserError(f"{named} has another vocabulary than the first checkpoint: an ensemble's checkpoints must share one (checkpoints of one recipe: its seeds, its epochs)")

@@ -15,10 +15,12 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from attnkit.config import DECODING_PRECISIONS
 from attnkit.errors import UserError
 from attnkit.files import unreadable
 
 if TYPE_CHECKING:  # attnkit.translation imports torch and the models: not for every script's option parsing
+    from attnkit.captioning import Captioner
     from attnkit.translation import Translator
 
 T = TypeVar("T")
@@ -90,11 +92,28 @@ def add_search_arguments(parser: argparse.ArgumentParser, batch_size: int) -> No
     parser.add_argument("--beam", type=positive_int, default=None, help="beam size (default: the checkpoint's search.beam_size; 1 = greedy)")
     parser.add_argument("--n-best", type=positive_int, default=1, help="print this many outputs per input")
     parser.add_argument("--batch-size", type=positive_int, default=batch_size, help="inputs decoded together in one batched search")
-    add_device_argument(parser)
+    add_device_arguments(parser)
 
 
-def add_device_argument(parser: argparse.ArgumentParser) -> None:
+def add_device_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--device`` and ``--precision``: where a command that loads checkpoints decodes, and in what."""
     parser.add_argument("--device", default="auto", help="auto (CUDA when there is one, else the CPU) | cpu | cuda | cuda:N")
+    parser.add_argument(
+        "--precision",
+        choices=DECODING_PRECISIONS,
+        default="checkpoint",
+        help="autocast to decode under: checkpoint (default: its train.precision, as its validation decoded) | fp32 | bf16",
+    )
+
+
+def warn_slow_decoding(*decoders: "Translator | Captioner | None") -> None:
+    """One line on stderr when a model decodes in a precision this machine runs far slower than fp32 (bf16 on an x86
+    CPU without bf16 instructions: :func:`attnkit.distributed.slow_precision_warning`)."""
+    from attnkit.distributed import slow_precision_warning
+
+    said = {slow_precision_warning(d.device, d.precision, decoding=True) for d in decoders if d is not None}
+    for warning in sorted(said - {None}):
+        print(warning, file=sys.stderr)
 
 
 def beam_for(args: argparse.Namespace, checkpoint_beam: int) -> int:

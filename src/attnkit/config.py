@@ -37,6 +37,7 @@ SUBWORD_TOKENIZER = "sentencepiece"
 TOKENIZERS = ("moses", "nltk", "space", SUBWORD_TOKENIZER)
 SUBWORD_ALGORITHMS = ("unigram", "bpe")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+DECODING_PRECISIONS = ("checkpoint", "fp32", "bf16")  # --precision of the commands that decode: the checkpoint's train.precision, or one of these
 CAPTIONING_TASKS = ("captioning", "multitask")  # the tasks that caption photos: SCST and train.init_from serve them
 OBJECTIVES = ("xe", "scst")  # train.objective: cross-entropy on the references | self-critical sequence training (attnkit.self_critical)
 SCST_BASELINES = ("mean", "greedy")

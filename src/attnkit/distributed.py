@@ -29,6 +29,7 @@ from typing import Any, NoReturn, TypeVar
 import torch
 import torch.distributed as dist
 
+from attnkit.config import DECODING_PRECISIONS
 from attnkit.errors import UserError
 
 T = TypeVar("T")
@@ -103,6 +104,18 @@ def resolve_precision(name: str) -> torch.dtype:
     return choices[name]
 
 
+PRECISION_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def decoding_precision(requested: str, trained: str) -> torch.dtype:
+    """The autocast dtype a checkpoint decodes under. ``checkpoint``: its ``train.precision`` (``trained``), as its
+    validation decoded, so a test score and a validation score are computed alike. ``fp32`` or ``bf16``: that one, e.g.
+    fp32 for a bf16 checkpoint on a CPU without bf16 instructions, where its beam search ran 3.6-4.7x slower."""
+    if requested not in DECODING_PRECISIONS:
+        raise UserError(f"the decoding precision must be {', '.join(DECODING_PRECISIONS)}, got '{requested}'")
+    return resolve_precision(trained if requested == "checkpoint" else requested)
+
+
 def cpu_has_bf16_instructions() -> bool | None:
     """Whether this x86 CPU multiplies bf16 in hardware (``avx512_bf16`` or AMX, as torch's own probes find them);
     None where that is not known (another architecture, a torch without the probes)."""
@@ -114,16 +127,22 @@ def cpu_has_bf16_instructions() -> bool | None:
     return any(probe() for probe in probes)
 
 
-def slow_precision_warning(device: torch.device, dtype: torch.dtype) -> str | None:
-    """The line a Trainer prints before training in ``dtype`` on ``device`` where it runs far slower than fp32: bf16 autocast
-    on an x86 CPU without bf16 instructions, where its matrix products run in software (a recipe's bf16 was
-    measured on CPUs that have them). None where nothing is known to be slow."""
+def slow_precision_warning(device: torch.device, dtype: torch.dtype, decoding: bool = False) -> str | None:
+    """The line said before training (a Trainer) or decoding (``decoding``: the commands that load a checkpoint) in
+    ``dtype`` on ``device`` where it runs far slower than fp32: bf16 autocast on an x86 CPU without bf16 instructions,
+    where its matrix products run in software (a recipe's bf16 was measured on CPUs that have them). None where
+    nothing is known to be slow."""
     if device.type != "cpu" or dtype != torch.bfloat16 or cpu_has_bf16_instructions() is not False:
         return None
+    if decoding:
+        measured = "its beam search ran 3.6-4.7x slower on two AVX2 cores"
+        remedy = "--precision fp32 decodes in fp32 (scores then may differ a little from those decoded in bf16)"
+    else:
+        measured = "the Multi30k Transformer recipe trained 22x slower on two AVX2 cores"
+        remedy = "--set train.precision=fp32 trains in fp32"
     return (
         "warning: bf16 autocast on a CPU without bf16 instructions (avx512_bf16 or AMX): its matrix products run in "
-        "software here, far slower than fp32 (the Multi30k Transformer recipe trained 22x slower on two AVX2 cores, "
-        "BENCHMARKS.md); --set train.precision=fp32 trains in fp32"
+        f"software here, far slower than fp32 ({measured}, BENCHMARKS.md); {remedy}"
     )
 
 

@@ -87,8 +87,11 @@ class Models:
     translator: Translator | None
 
     @classmethod
-    def from_checkpoints(cls, checkpoint: str | None = None, captioning: str | None = None, translation: str | None = None, device: str = "auto") -> "Models":
-        """One checkpoint (joint: both; captioning or translation: one), or a captioning and a translation checkpoint."""
+    def from_checkpoints(
+        cls, checkpoint: str | None = None, captioning: str | None = None, translation: str | None = None, device: str = "auto", precision: str = "checkpoint"
+    ) -> "Models":
+        """One checkpoint (joint: both; captioning or translation: one), or a captioning and a translation checkpoint;
+        ``precision``: what they decode in (:func:`attnkit.distributed.decoding_precision`)."""
         from attnkit.checkpoint import load_checkpoint
         from attnkit.model import model_from_checkpoint
 
@@ -96,8 +99,8 @@ class Models:
             if captioning is None and translation is None:
                 raise UserError("give --checkpoint, or --caption-checkpoint and/or --translation-checkpoint")
             return cls(
-                Captioner.from_checkpoint(captioning, device=device) if captioning else None,
-                Translator.from_checkpoint(translation, device=device) if translation else None,
+                Captioner.from_checkpoint(captioning, device=device, precision=precision) if captioning else None,
+                Translator.from_checkpoint(translation, device=device, precision=precision) if translation else None,
             )
         if captioning is not None or translation is not None:
             raise UserError("give --checkpoint, or --caption-checkpoint and/or --translation-checkpoint, not both")
@@ -105,8 +108,8 @@ class Models:
         model = model_from_checkpoint(loaded)  # built once: a joint model's two faces share it
         kinds = set(model.encoders)
         return cls(
-            Captioner.from_checkpoint(loaded, device=device, model=model) if "image" in kinds else None,
-            Translator.from_checkpoint(loaded, device=device, model=model) if "text" in kinds else None,
+            Captioner.from_checkpoint(loaded, device=device, model=model, precision=precision) if "image" in kinds else None,
+            Translator.from_checkpoint(loaded, device=device, model=model, precision=precision) if "text" in kinds else None,
         )
 
     @property

@@ -32,7 +32,7 @@ from attnkit.model import MULTITASK, EncoderDecoder, build_translation_model, de
 from attnkit.pretraining import start_from_pretrained
 from attnkit.search import Hypothesis, search
 from attnkit.supervision import describe_gold, require_gold, scene_ground_truth, translation_gold
-from attnkit.distributed import autocast, resolve_device, resolve_precision
+from attnkit.distributed import autocast, decoding_precision, resolve_device
 from attnkit.text_pipeline import TextPipeline, describe_subwords
 from attnkit.train import RunContext, TaskSetup, TrainingProgress, train_recipe, validation_subset
 from attnkit.vocab import EOS, UNK
@@ -64,8 +64,11 @@ class Translator:
         self.precision = precision
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: str | Path | Checkpoint, device: str = "auto", model: EncoderDecoder | None = None) -> "Translator":
-        """A translator from a checkpoint file (or one already loaded); ``model``: its model when already built."""
+    def from_checkpoint(
+        cls, checkpoint: str | Path | Checkpoint, device: str = "auto", model: EncoderDecoder | None = None, precision: str = "checkpoint"
+    ) -> "Translator":
+        """A translator from a checkpoint file (or one already loaded); ``model``: its model when already built;
+        ``precision``: what it decodes in (:func:`attnkit.distributed.decoding_precision`)."""
         if not isinstance(checkpoint, Checkpoint):
             checkpoint = load_checkpoint(checkpoint, task=(TASK, MULTITASK))
         config = from_dict(ExperimentConfig, checkpoint.config)
@@ -73,7 +76,7 @@ class Translator:
         if model is None:
             model = model_from_checkpoint(checkpoint)
         device = resolve_device(device)
-        return cls(model, pipeline, config.search, device, resolve_precision(config.train.precision))
+        return cls(model, pipeline, config.search, device, decoding_precision(precision, config.train.precision))
 
     def _prepare(self, sentence: str) -> tuple[list[str], bool]:
         """Source words for ``sentence``; raises UserError for input that cannot be translated."""

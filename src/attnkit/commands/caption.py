@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from attnkit.captioning import Caption, Captioner, draw_caption_attention
-from attnkit.cli import add_search_arguments, batches, beam_for, check_output_file, check_output_folder, numbered_path, refuse_replacing_inputs
+from attnkit.cli import add_search_arguments, batches, beam_for, check_output_file, check_output_folder, numbered_path, refuse_replacing_inputs, warn_slow_decoding
 from attnkit.data.images import ImageError, open_rgb
 from attnkit.errors import UserError
 
@@ -48,7 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         refuse_replacing_inputs(outputs, "--attention-png", [(f"the image {image}", image) for image in args.images])
     if args.cache:
         check_output_folder(args.cache, "--cache", writable=False)  # a full cache may be read-only
-    captioner = Captioner.from_checkpoints(args.checkpoint, device=args.device, cache_dir=args.cache)
+    captioner = Captioner.from_checkpoints(args.checkpoint, device=args.device, cache_dir=args.cache, precision=args.precision)
+    warn_slow_decoding(captioner)
     beam = beam_for(args, captioner.search.beam_size)
     failures = 0
     numbers = iter(range(1, len(args.images) + 1))

@@ -48,7 +48,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnkit.cli import GivenOnce, add_device_argument, check_output_folder, int_in_range, positive_int, refuse_replacing_inputs, utf8_argument, warn_overlong_sources
+from attnkit.cli import GivenOnce, add_device_arguments, check_output_folder, int_in_range, positive_int, refuse_replacing_inputs, utf8_argument, warn_overlong_sources, warn_slow_decoding
 from attnkit.analysis import EXTRACTIONS
 from attnkit.comparison import DEFAULT_EXTRACTION, AttentionComparer
 from attnkit.data.images import MOSAIC_PHOTOS, open_rgb
@@ -87,7 +87,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     add_importance_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="--scenes: no progress bar over the scenes (without it, the bar shows on a terminal)")
     parser.add_argument("--out", required=True, help="output folder (created; files in it are replaced)")
-    add_device_argument(parser)
+    add_device_arguments(parser)
     return parser
 
 
@@ -124,7 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     checkpoints = [path for path in (args.checkpoint, args.caption_checkpoint, args.translation_checkpoint) if path]
     refuse_replacing_inputs(writes, "--out", [*((f"the --image {image}", image) for image in args.image), *((f"the checkpoint {path}", path) for path in checkpoints)])
     images = [open_rgb(image) for image in args.image]  # an unreadable photo is named before the models load
-    comparer = AttentionComparer.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device)
+    comparer = AttentionComparer.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device, precision=args.precision)
+    warn_slow_decoding(comparer.captioner, comparer.translator)
     windows_asked = not args.no_importance and WINDOWS in settings.estimators
     grid_size = comparer.captioner.model.encoder_for("image").config.grid_size if windows_asked else 0  # 0: the backbone's own
     if grid_size:  # windows larger than the grid are refused before any work

@@ -26,8 +26,9 @@ from pathlib import Path
 from attnkit.captioning import TASK as CAPTIONING, Captioner
 from attnkit.checkpoint import load_checkpoint
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split, read_flickr8k_captions
-from attnkit.cli import add_device_argument, check_input_file, check_output_file, check_output_folder, input_lines, non_negative_int, positive_int, refuse_replacing_inputs, warn_overlong_sources
+from attnkit.cli import add_device_arguments, check_input_file, check_output_file, check_output_folder, input_lines, non_negative_int, positive_int, refuse_replacing_inputs, warn_overlong_sources, warn_slow_decoding
 from attnkit.data.text import read_parallel
+from attnkit.distributed import PRECISION_NAMES
 from attnkit.errors import UserError
 from attnkit.files import json_text
 from attnkit.model import MULTITASK
@@ -59,7 +60,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--replace-unk", action="store_true", help="translation: the source word the attention peaks on in place of each <unk>")
     parser.add_argument("--cache", metavar="DIR", help="captioning: feature cache folder for a frozen encoder (default: none)")
     parser.add_argument("--task", choices=tuple(TASKS), help="a joint (multitask) checkpoint: which task to score (needed with --split; other data names its task; another checkpoint does only its own)")
-    add_device_argument(parser)
+    add_device_arguments(parser)
     return parser
 
 
@@ -153,10 +154,11 @@ def evaluate_translation(args: argparse.Namespace, checkpoint) -> dict:
         what = {"source": args.source, "reference": args.reference}
     if args.limit > 0:
         pairs = pairs[: args.limit]
-    translator = Translator.from_checkpoint(checkpoint, device=args.device)
+    translator = Translator.from_checkpoint(checkpoint, device=args.device, precision=args.precision)
+    warn_slow_decoding(translator)
     warn_overlong_sources(translator, (source for source, _ in pairs))  # scored all the same, as attnkit translate translates them
     scores = translator.evaluate(pairs, beam_size=args.beam, batch_size=args.batch_size, hypotheses_file=args.output, replace_unknown=args.replace_unk)
-    return {**what, **scores}
+    return {**what, "precision": PRECISION_NAMES[translator.precision], **scores}
 
 
 def evaluate_captioning(args: argparse.Namespace, checkpoint, ensemble: Sequence[str] = ()) -> dict:
@@ -178,7 +180,8 @@ def evaluate_captioning(args: argparse.Namespace, checkpoint, ensemble: Sequence
         what = {"image_folder": args.images, "captions": args.captions}  # "images" is the scores' count of them
     if args.limit > 0:
         items = items[: args.limit]
-    captioner = Captioner.from_checkpoints([checkpoint, *ensemble], device=args.device, cache_dir=args.cache)
+    captioner = Captioner.from_checkpoints([checkpoint, *ensemble], device=args.device, cache_dir=args.cache, precision=args.precision)
+    warn_slow_decoding(captioner)
     log = lambda message: print(message, file=sys.stderr)  # noqa: E731  (stdout is the JSON)
-    return {**what, **captioner.evaluate(items, root, beam_size=args.beam, batch_size=args.batch_size, log=log)}
+    return {**what, "precision": PRECISION_NAMES[captioner.precision], **captioner.evaluate(items, root, beam_size=args.beam, batch_size=args.batch_size, log=log)}
 

@@ -20,7 +20,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from attnkit.cli import GivenOnce, add_device_argument, int_in_range, positive_number, seconds
+from attnkit.cli import GivenOnce, add_device_arguments, int_in_range, positive_number, seconds, warn_slow_decoding
 from attnkit.data.images import MAX_PIXELS
 from attnkit.errors import UserError
 from attnkit.serve import MAX_CONNECTIONS, SOCKET_TIMEOUT, Models, TryPage, make_server
@@ -38,14 +38,15 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-connections", type=int_in_range(1), default=MAX_CONNECTIONS, help="connections served at once (default %(default)s); one more is answered 503 (busy)")
     parser.add_argument("--timeout", type=seconds, default=SOCKET_TIMEOUT, help="seconds a client may keep the server waiting in a read or a write (default %(default)g)")
     parser.add_argument("--no-importance", action="store_true", help="compare without the importance maps (faster: a backbone pass per grid cell saved)")
-    add_device_argument(parser)
+    add_device_arguments(parser)
     parser.add_argument("--quiet", action="store_true", help="no line per request")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
-    models = Models.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device)
+    models = Models.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device, precision=args.precision)
+    warn_slow_decoding(models.captioner, models.translator)
     page = TryPage(models, max_upload_bytes=max(1, round(args.max_upload_mb * 1e6)), max_pixels=args.max_pixels, importance=not args.no_importance)
     try:
         server = make_server(

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from itertools import chain, islice
 
-from attnkit.cli import GivenOnce, add_search_arguments, beam_for, check_output_file, input_lines, is_numbered_like, numbered_path, stdin_lines, utf8_argument, warn_cut_sources
+from attnkit.cli import GivenOnce, add_search_arguments, beam_for, check_output_file, input_lines, is_numbered_like, numbered_path, stdin_lines, utf8_argument, warn_cut_sources, warn_slow_decoding
 from attnkit.errors import UserError
 from attnkit.translation import Translation, Translator, draw_translation_attention
 
@@ -52,7 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sentences = input_lines(args.input, "--input")  # opened now: a bad path fails before the model loads
     else:
         sentences = stdin_lines()
-    translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
+    translator = Translator.from_checkpoint(args.checkpoint, device=args.device, precision=args.precision)
+    warn_slow_decoding(translator)
     beam = beam_for(args, translator.search.beam_size)
 
     # Stream: read --batch-size lines, translate them, print them (in input order) and flush, then read on.

@@ -185,18 +185,27 @@ class AttentionComparer:
 
     @classmethod
     def from_checkpoints(
-        cls, joint: str | Path | None = None, captioning: str | Path | None = None, translation: str | Path | None = None, device: str = "auto"
+        cls,
+        joint: str | Path | None = None,
+        captioning: str | Path | None = None,
+        translation: str | Path | None = None,
+        device: str = "auto",
+        precision: str = "checkpoint",
     ) -> "AttentionComparer":
-        """A joint checkpoint (it captions and translates), or a captioning and a translation checkpoint."""
+        """A joint checkpoint (it captions and translates), or a captioning and a translation checkpoint; ``precision``:
+        what they decode in (:func:`attnkit.distributed.decoding_precision`)."""
         if joint is not None:
             if captioning is not None or translation is not None:
                 raise UserError("give a joint checkpoint, or a captioning and a translation checkpoint, not both")
             checkpoint = load_checkpoint(joint, task="multitask")
             model = model_from_checkpoint(checkpoint)  # built once: both faces share it
-            return cls(Captioner.from_checkpoint(checkpoint, device=device, model=model), Translator.from_checkpoint(checkpoint, device=device, model=model))
+            return cls(
+                Captioner.from_checkpoint(checkpoint, device=device, model=model, precision=precision),
+                Translator.from_checkpoint(checkpoint, device=device, model=model, precision=precision),
+            )
         if captioning is None or translation is None:
             raise UserError("give a joint checkpoint, or both a captioning and a translation checkpoint")
-        return cls(Captioner.from_checkpoint(captioning, device=device), Translator.from_checkpoint(translation, device=device))
+        return cls(Captioner.from_checkpoint(captioning, device=device, precision=precision), Translator.from_checkpoint(translation, device=device, precision=precision))
 
     def target_words(self, target: str) -> list[str]:
         """``target``'s words as both models tokenise it; a :class:`UserError` when they split it differently,
