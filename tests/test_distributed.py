@@ -276,7 +276,7 @@ def test_ranks_that_would_share_a_gpu_are_one_message():
     message = shared_gpu_message(["GPU a on n1", "GPU b on n1", "GPU a on n1"])
     assert message == (
         "ranks 0 and 2 would both train on GPU a on n1: start at most one process per GPU "
-        "(torchrun --nproc_per_node at most the machine's GPUs)"
+        "(torchrun --nproc_per_node at most the machine's GPUs; with SLURM, one task per GPU)"
     )
 
 
@@ -284,17 +284,17 @@ def _gather_worker(rank: int, world: int, port: int, report: str) -> None:
     _rank_environment(rank, world, port)
     job = Distributed.from_environment()
     job.start(torch.device("cpu"))
-    gathered = [job.gather_over_gloo(f"rank {rank}"), job.gather(rank)]  # the default group still works after it
+    gathered = [job.gather_through_store("test", f"rank {rank}"), job.gather(rank)]  # the process group still works after it
     Path(f"{report}-{rank}.json").write_text(json.dumps(gathered))
     job.stop()
 
 
-def test_every_rank_gathers_every_ranks_value_over_gloo(tmp_path):
-    """The comparison of GPUs runs over a gloo group of its own (on CUDA, before NCCL's first collective)."""
+def test_every_rank_gathers_every_ranks_value_through_the_store(tmp_path):
+    """The comparison of GPUs goes through the job's store (on CUDA, before NCCL's first collective)."""
     mp.spawn(_gather_worker, args=(2, free_port(), str(tmp_path / "report")), nprocs=2, join=True)
     for rank in (0, 1):
         assert json.loads((tmp_path / f"report-{rank}.json").read_text()) == [["rank 0", "rank 1"], [0, 1]]
-    assert Distributed().gather_over_gloo("alone") == ["alone"]
+    assert Distributed().gather_through_store("test", "alone") == ["alone"]
 
 
 def _timeout_worker(rank: int, world: int, port: int, report: str) -> None:

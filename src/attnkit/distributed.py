@@ -110,7 +110,7 @@ PRECISION_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16:
 def decoding_precision(requested: str, trained: str) -> torch.dtype:
     """The autocast dtype a checkpoint decodes under. ``checkpoint``: its ``train.precision`` (``trained``), as its
     validation decoded, so a test score and a validation score are computed alike. ``fp32`` or ``bf16``: that one, e.g.
-    fp32 for a bf16 checkpoint on a CPU without bf16 instructions, where its beam search ran 3.6-4.7x slower."""
+    fp32 for a bf16 checkpoint on a CPU without bf16 instructions, where its beam search ran 3.3-4.2x slower."""
     if requested not in DECODING_PRECISIONS:
         raise UserError(f"the decoding precision must be {', '.join(DECODING_PRECISIONS)}, got '{requested}'")
     return resolve_precision(trained if requested == "checkpoint" else requested)
@@ -135,7 +135,7 @@ def slow_precision_warning(device: torch.device, dtype: torch.dtype, decoding: b
     if device.type != "cpu" or dtype != torch.bfloat16 or cpu_has_bf16_instructions() is not False:
         return None
     if decoding:
-        measured = "its beam search ran 3.6-4.7x slower on two AVX2 cores"
+        measured = "its beam search ran 3.3-4.2x slower on two AVX2 cores"
         remedy = "--precision fp32 decodes in fp32 (scores then may differ a little from those decoded in bf16)"
     else:
         measured = "the Multi30k Transformer recipe trained 22x slower on two AVX2 cores"
@@ -227,7 +227,7 @@ class Distributed:
         if not dist.is_initialized():
             dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", timeout=STEP_TIMEOUT)
         if device.type == "cuda":
-            gpus = self.gather_over_gloo(f"GPU {torch.cuda.get_device_properties(device).uuid} on {socket.gethostname()}")
+            gpus = self.gather_through_store("gpu", f"GPU {torch.cuda.get_device_properties(device).uuid} on {socket.gethostname()}")
             if message := shared_gpu_message(gpus):
                 raise UserError(message)
         _WAITING_FOR_RANK_0[:] = [dist.new_group(timeout=RANK_0_WORK_TIMEOUT)]  # every rank makes it, in the same order
@@ -281,16 +281,15 @@ class Distributed:
         dist.all_gather_object(values, value)
         return values
 
-    def gather_over_gloo(self, value: T) -> list[T]:
-        """Every rank's ``value``, in rank order, over a gloo group of its own: for a question NCCL cannot be asked
-        yet (whether two ranks share a GPU, where NCCL's first collective would fail with an error of its own)."""
+    def gather_through_store(self, key: str, value: str) -> list[str]:
+        """Every rank's ``value``, in rank order, through the job's key-value store (the one its ranks met through):
+        for a question asked before NCCL's first collective, which would fail on it with an error of its own (two ranks
+        on one GPU). No process group is used, so nothing but NCCL has to reach the other machines."""
         if not self.enabled:
             return [value]
-        gloo = dist.new_group(backend="gloo")  # every rank makes it, in the same order
-        values: list[Any] = [None] * self.world_size
-        dist.all_gather_object(values, value, group=gloo)
-        dist.destroy_process_group(gloo)
-        return values
+        store = dist.distributed_c10d._get_default_store()
+        store.set(f"attnkit/{key}/{self.rank}", value)
+        return [store.get(f"attnkit/{key}/{rank}").decode() for rank in range(self.world_size)]  # get waits for the key
 
     def sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` summed over the ranks (a new tensor; the input is unchanged)."""
@@ -313,7 +312,7 @@ def shared_gpu_message(gpu_of_rank: list[str]) -> str | None:
         if gpu in first_rank:
             return (
                 f"ranks {first_rank[gpu]} and {rank} would both train on {gpu}: start at most one process per GPU "
-                "(torchrun --nproc_per_node at most the machine's GPUs)"
+                "(torchrun --nproc_per_node at most the machine's GPUs; with SLURM, one task per GPU)"
             )
         first_rank[gpu] = rank
     return None

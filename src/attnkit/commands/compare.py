@@ -125,7 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     refuse_replacing_inputs(writes, "--out", [*((f"the --image {image}", image) for image in args.image), *((f"the checkpoint {path}", path) for path in checkpoints)])
     images = [open_rgb(image) for image in args.image]  # an unreadable photo is named before the models load
     comparer = AttentionComparer.from_checkpoints(args.checkpoint, args.caption_checkpoint, args.translation_checkpoint, device=args.device, precision=args.precision)
-    warn_slow_decoding(comparer.captioner, comparer.translator)
+    if args.scenes is not None:
+        warn_slow_decoding(comparer.captioner, comparer.translator)  # it captions and translates every scene
+    elif args.target is None:
+        warn_slow_decoding(comparer.captioner)  # it decodes the caption to force (the forced passes run in fp32)
     windows_asked = not args.no_importance and WINDOWS in settings.estimators
     grid_size = comparer.captioner.model.encoder_for("image").config.grid_size if windows_asked else 0  # 0: the backbone's own
     if grid_size:  # windows larger than the grid are refused before any work
