@@ -82,6 +82,10 @@ def test_average_replaces_an_existing_out_only_with_overwrite(vocab, tmp_path, c
         assert run_cli(average.main, [*epochs, "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert err.startswith(message) and err.count("\n") == 1, err
+    last = (run / "last.pt").read_bytes()
+    assert run_cli(average.main, [*epochs, "--out", str(run / "last.pt"), "--overwrite"]) == 2  # the run could not be resumed
+    assert capsys.readouterr().err.startswith(f"error: --out {run / 'last.pt'} is the training state of the run in {run}")
+    assert (run / "last.pt").read_bytes() == last
     with RunFolder(run).claim():  # a training writes the run: its best.pt is not replaced under it
         assert run_cli(average.main, [*epochs, "--out", str(run / "best.pt"), "--overwrite"]) == 2
     assert "is being written by another training" in capsys.readouterr().err

@@ -35,6 +35,7 @@ def test_a_user_error_is_one_line_and_exit_code_2(capsys):
         (errno.ENOSPC, "No space left on device", "free some space"),
         (getattr(errno, "EDQUOT", errno.ENOSPC), "Disk quota exceeded", "free some space"),
         (errno.EACCES, "Permission denied", "check the permissions"),
+        (errno.EPERM, "Operation not permitted", "check the permissions"),  # another user's file in a sticky folder
         (errno.EROFS, "Read-only file system", "write elsewhere"),
         (errno.ENAMETOOLONG, "File name too long", "give a shorter name"),  # had been a traceback in every command
     ],

@@ -273,3 +273,70 @@ def test_a_folder_holding_another_runs_checkpoints_without_its_last_pt_is_refuse
     assert logged_epochs(b) == [1, 2]
     train_translation(quick(toy_data, a, "train.seed=7"), overwrite=True, **QUIET)
     assert (a / "best.pt").read_bytes() != kept
+
+
+def test_a_resume_s_new_settings_survive_a_kill_before_its_first_epoch_ends(toy_data, tmp_path, monkeypatch):
+    """A resume with --set wrote config.yaml with the new settings while last.pt kept the old ones until an epoch ended:
+    killed before that, the next resume of last.pt trained on with the old ones (the old rate, fewer epochs)."""
+    import torch
+
+    import attnkit.train as train_module
+
+    a = tmp_path / "a"
+    train_translation(quick(toy_data, a), **QUIET)
+    epoch_one = load_checkpoint(a / "last.pt")
+
+    def killed(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_module.Trainer, "fit", killed)  # once the folder is claimed, before any step
+    for folder in (a, tmp_path / "b"):  # the run's own folder, and a new one
+        with pytest.raises(KeyboardInterrupt):
+            train_translation(resumed_config(epoch_one, "train.epochs=3", "train.lr=0.0005", f"output_dir={folder}"), resume=epoch_one, **QUIET)
+        saved = load_checkpoint(folder / "last.pt")
+        assert (saved.config["train"]["epochs"], saved.config["train"]["lr"]) == (3, 0.0005)
+        assert saved.training["progress"] == epoch_one.training["progress"]  # the same state, epoch 1
+        assert all(torch.equal(saved.model[name], weights) for name, weights in epoch_one.model.items())
+        assert "epochs: 3" in (folder / "config.yaml").read_text()
+
+
+def test_a_file_system_without_locks_trains_unlocked_and_says_so(tmp_path, monkeypatch, capsys):
+    """NFS mounted nolock or Lustre without flock answer ENOLCK or EOPNOTSUPP: that had been a traceback after the data
+    was prepared."""
+    import errno
+
+    from attnkit import run_folder
+
+    def no_locks(handle, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(run_folder.fcntl, "flock", no_locks)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".last.4242.tmp.pt").write_bytes(b"perhaps another run's write")
+    with RunFolder(tmp_path / "run").claim() as folder:
+        assert folder.path == tmp_path / "run"
+    assert capsys.readouterr().err.startswith(f"note: the file system of {tmp_path / 'run'} takes no locks (No locks available)")
+    assert (tmp_path / "run" / ".last.4242.tmp.pt").exists()  # unlocked, nothing of another process's is removed
+
+
+def test_a_best_pt_damaged_past_its_progress_is_left_behind_by_a_resume_into_a_new_folder(toy_data, tmp_path, monkeypatch):
+    """Its progress reads (so it is the run's best), the rest does not: the resume had stopped on it."""
+    import attnkit.train as train_module
+
+    a = tmp_path / "a"
+    train_translation(quick(toy_data, a), **QUIET)
+    epoch_one = load_checkpoint(a / "last.pt")
+    train_translation(resumed_config(epoch_one, "train.epochs=2", "train.lr=10", "train.patience=0"), resume=epoch_one, **QUIET)  # epoch 2 not the best
+    epoch_two = load_checkpoint(a / "last.pt")
+    assert epoch_two.training["progress"]["best_epoch"] == 1
+
+    def damaged_best(path, *args, **kwargs):
+        if path == a / "best.pt":
+            raise UserError(f"{path} is damaged (its checksum does not match)")
+        return load_checkpoint(path, *args, **kwargs)
+
+    monkeypatch.setattr(train_module, "load_checkpoint", damaged_best)
+    lines = []
+    train_translation(resumed_config(epoch_two, f"output_dir={tmp_path / 'b'}"), resume=epoch_two, progress_bar=False, log=lines.append)
+    assert any(line.startswith("note: the best.pt beside the resumed checkpoint cannot be brought") for line in lines)
+    assert (tmp_path / "b" / "last.pt").exists() and not (tmp_path / "b" / "best.pt").exists()

@@ -23,6 +23,7 @@ ENVIRONMENT_ERRORS = {
     errno.ENOSPC: "free some space or write elsewhere",
     getattr(errno, "EDQUOT", errno.ENOSPC): "free some space or write elsewhere",  # disk quota exceeded (POSIX only)
     errno.EACCES: "check the permissions or write elsewhere",
+    errno.EPERM: "check the permissions or write elsewhere",  # e.g. replacing another user's file in a sticky folder (/tmp)
     errno.EROFS: "write elsewhere",
     errno.ENAMETOOLONG: "give a shorter name",  # a path component over the file system's 255 bytes
 }

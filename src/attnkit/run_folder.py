@@ -14,6 +14,7 @@ import contextlib
 import errno
 import os
 import re
+import sys
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
@@ -31,6 +32,8 @@ except ImportError:  # pragma: no cover - not on POSIX: runs are not locked
 CHECKPOINTS = ("best.pt", "last.pt")
 RUN_FILES = (*CHECKPOINTS, "config.yaml", "log.jsonl")
 LOCK = ".attnkit.lock"
+# flock's answers on a file system that takes no locks (NFS mounted nolock, Lustre without flock): the run goes on unlocked
+NO_LOCKS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
 EPOCH_CHECKPOINT = re.compile(r"epoch-(\d+)\.pt")  # train.keep_epochs: the weights after epoch <k>
 EPOCH_CHECKPOINTS = "epoch-*.pt"  # the glob that finds them (and their temporaries)
 
@@ -127,6 +130,14 @@ class RunFolder:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as error:
+                if error.errno in NO_LOCKS:  # as where fcntl is missing, but said: leftover temporaries stay (one may be another run's)
+                    print(
+                        f"note: the file system of {self.path} takes no locks ({error.strerror}): nothing keeps a second "
+                        "training from writing this folder at the same time",
+                        file=sys.stderr,
+                    )
+                    yield self
+                    return
                 if error.errno not in (errno.EAGAIN, errno.EACCES):
                     raise
                 handle.seek(0)

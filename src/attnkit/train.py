@@ -627,12 +627,17 @@ def _claim(held: contextlib.ExitStack, folder: RunFolder, trainer: Trainer, resu
     held.enter_context(folder.claim())
     check_run_folder(folder, resume, overwrite)  # again under the lock: another process may have started a run meanwhile
     replacing = overwrite and folder.holds_checkpoints() and not _continues(folder, resume)
+    settings_changed = resume is not None and resume.config != trainer.contents.config
+    if settings_changed:  # --set on a resume (more epochs, another rate): config.yaml and every later checkpoint hold them
+        resume = replace(resume, config=trainer.contents.config)  # so does the last.pt below: a kill before the epoch ends keeps them
     if resume is not None and (replacing or not folder.holds_run()):
         # A new folder, or one whose run this one replaces (a rewind): the resumed state is on disk before training
         # goes on and before any old file goes, each write atomic, so a kill at any moment leaves a run to resume
         # (removing first lost both, the checkpoint being resumed among them). best.pt before last.pt: a kill
         # between the two leaves a folder a resume refills.
         _carry_best(folder, resume, log)
+        save_checkpoint(folder.path / "last.pt", resume)
+    elif settings_changed:  # the run's own folder, at the epoch resumed
         save_checkpoint(folder.path / "last.pt", resume)
     if replacing:
         kept = [] if resume is None else ["last.pt", "config.yaml", "log.jsonl", *(["best.pt"] if _best_of(folder) == _best_of_progress(resume) else [])]
@@ -656,7 +661,12 @@ def _carry_best(folder: RunFolder, resume: Checkpoint, log) -> None:
         return
     beside = RunFolder(resume.read_from.parent) if resume.read_from is not None else None
     if beside is not None and _best_of(beside) == best:
-        save_checkpoint(folder.path / "best.pt", load_checkpoint(beside.path / "best.pt"))
+        try:
+            carried = load_checkpoint(beside.path / "best.pt")
+        except UserError as error:  # its progress read, the rest damaged: the run goes on without it
+            log(f"note: the best.pt beside the resumed checkpoint cannot be brought ({error}); {folder.path} gets one when an epoch beats the best score")
+            return
+        save_checkpoint(folder.path / "best.pt", carried)
         log(f"best.pt (epoch {best[1]}) brought from {beside.path}")
         return
     log(f"note: no best.pt of this run's best epoch ({best[1]}) lies beside the resumed checkpoint; {folder.path} gets one when an epoch beats the best score")

@@ -8,7 +8,8 @@ The mean of the weights after the last few epochs is usually a little better tha
 and costs nothing at decoding time. The checkpoints must be of one model (the same task, vocabularies,
 weight shapes and model config: heads, image size, ...); the result holds weights, config and vocabularies only (it translates and
 captions; it cannot be resumed). Compare it with best.pt on the validation split, not the test. An
-existing --out (an earlier mean, a run's best.pt) is replaced only with --overwrite.
+existing --out (an earlier mean, a run's best.pt) is replaced only with --overwrite; a run's last.pt never (the run
+could not be resumed).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UserError(f"--out {args.out} is one of the checkpoints to average; write the mean to a new file")
     out = Path(args.out)
     run = RunFolder(out.parent)
+    if out.name == "last.pt" and run.owns(out):  # even with --overwrite: a mean holds no training state
+        raise UserError(f"--out {out} is the training state of the run in {run.path}: the mean cannot be resumed, so the run could not go on; write it to another file (averaged.pt)")
     if out.exists() and not args.overwrite:
         whose = f" (the {out.name} of the run in {run.path})" if run.owns(out) else ""
         raise UserError(f"--out {out} exists{whose}; pass --overwrite to replace it, or write the mean to a new file")
