@@ -340,3 +340,11 @@ def test_a_best_pt_damaged_past_its_progress_is_left_behind_by_a_resume_into_a_n
     train_translation(resumed_config(epoch_two, f"output_dir={tmp_path / 'b'}"), resume=epoch_two, progress_bar=False, log=lines.append)
     assert any(line.startswith("note: the best.pt beside the resumed checkpoint cannot be brought") for line in lines)
     assert (tmp_path / "b" / "last.pt").exists() and not (tmp_path / "b" / "best.pt").exists()
+
+
+@pytest.mark.parametrize("name", ["last.pt", "config.yaml"])
+def test_a_folder_where_a_run_file_goes_is_one_message_before_any_work(toy_data, tmp_path, name):
+    """It was called a run already there (last.pt), or a traceback after the first epoch (config.yaml, best.pt)."""
+    (tmp_path / "run" / name).mkdir(parents=True)
+    with pytest.raises(UserError, match=f"output_dir {tmp_path / 'run'}: {tmp_path / 'run' / name} must be a file, and it is not; move it away"):
+        train_translation(quick(toy_data, tmp_path / "run"), **QUIET)
