@@ -21,8 +21,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnkit.data.scenes import HELD_OUT, write_scene_dataset
-from attnkit.errors import UserError, run_cli
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+try:
+    from attnkit.data.scenes import HELD_OUT, write_scene_dataset
+    from attnkit.errors import UserError, run_cli
+except ImportError:  # run from a checkout where attnkit is not installed, as the other data scripts can
+    sys.path.insert(0, str(PROJECT_ROOT / "src"))
+    from attnkit.data.scenes import HELD_OUT, write_scene_dataset
+    from attnkit.errors import UserError, run_cli
 
 
 def get_args_parser() -> argparse.ArgumentParser:

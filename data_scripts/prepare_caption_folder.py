@@ -250,8 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             del split_names["test"]
         split_description = f"random by image, seed {seed}: {valid_size} valid, {test_size} test, the rest train"
 
-    for name in ("train", "valid"):
-        if not split_names[name]:
+    for name, names in split_names.items():  # a test split given (--test-list) must hold images too
+        if not names:
             raise UserError(f"the {name} split has no image (its list is empty, or all its images were left out)")
     splits = {name: [CaptionedImage(image, tuple(captions[image])) for image in names] for name, names in split_names.items()}
 

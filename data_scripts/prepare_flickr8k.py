@@ -86,7 +86,8 @@ def read_lines(path: Path, what: str) -> list[str]:
     if not path.is_file():
         raise UserError(f"Flickr8k {what} not found: {path}")
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        with path.open(encoding="utf-8-sig", newline="") as handle:  # newline="": a lone '\r' stays in its line
+            text = handle.read()
     except OSError as error:
         raise UserError(f"cannot read {path}: {error}") from None
     except UnicodeDecodeError as error:

@@ -105,6 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines = read_split_with_photos(root, stem, languages)  # each split's files read once
         splits[name] = [pair for photo, pair in lines if photo not in left_out]
         excluded[name] = len(lines) - len(splits[name])
+    for name, pairs in splits.items():  # training validates every epoch, and an empty test split scores nothing
+        if not pairs:
+            raise UserError(f"the {name} split has no pair left: --exclude-photos {args.exclude_photos} lists every photo of it")
     command = ["python", "data_scripts/prepare_multi30k.py", *(sys.argv[1:] if argv is None else argv)]
     info = {
         "name": f"multi30k-{args.source}-{args.target}",

@@ -151,7 +151,7 @@ def read_text(path: Path) -> tuple[str, str, dict]:
                     date = re.search(r"Date of this file:\s*(\S+)", about)
                     if date:
                         extra["export_date"] = date.group(1)
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as error:
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, RuntimeError, NotImplementedError) as error:  # the last two: an encrypted member, a compression zipfile lacks
             raise UserError(f"cannot read {path}: {error}") from None
         name = f"{path.name}:{member}"
     elif path.suffix == ".zip":
@@ -234,7 +234,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep-text", action="store_true", help="with --tutorial-filter: write the kept pairs as the export has them (cased, with accents and apostrophes)")
     parser.add_argument("--max-pairs", type=int, default=None, help="keep at most this many pairs in all (default: all)")
     parser.add_argument("--valid", type=int, default=500, help="validation pairs (default 500)")
-    parser.add_argument("--test", type=int, default=500, help="test pairs (default 500)")
+    parser.add_argument("--test", type=int, default=500, help="test pairs (default 500; 0: no test split)")
     parser.add_argument("--seed", type=int, default=0, help="shuffling seed (default 0)")
     return parser
 
@@ -248,6 +248,8 @@ def check_options(args: argparse.Namespace) -> None:
     for option in ("valid", "test"):
         if getattr(args, option) < 0:
             raise UserError(f"--{option} must be 0 or more, not {getattr(args, option)}")
+    if args.valid == 0:
+        raise UserError("--valid must be at least 1: training reads the valid split")
     if args.keep_text and not args.tutorial_filter:
         raise UserError("--keep-text goes with --tutorial-filter (without the filter the sentences are kept as they are anyway)")
     if args.max_pairs is not None and args.max_pairs <= args.valid + args.test:
@@ -279,6 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"deduplication; --valid {args.valid} and --test {args.test} would leave nothing for training"
         )
     splits = split_by_source(unique, args.valid, args.test, args.seed, args.max_pairs)
+    if not args.test:  # --test 0: no test split, rather than an empty one that scores nothing
+        del splits["test"]
 
     command = ["python", "data_scripts/prepare_tatoeba.py", *(sys.argv[1:] if argv is None else argv)]
     info = {

@@ -340,6 +340,8 @@ def test_caption_folder_split_lists(tmp_path, capsys):
     assert run_cli(caption_folder.main, list_argv) == 0  # no test list: no test split
     assert json.loads((tmp_path / "out" / "dataset.json").read_text())["splits"] == {"train": 4, "valid": 2}
 
+    (tmp_path / "empty.txt").write_text("\n")
+    fails(caption_folder.main, [*list_argv, "--test-list", str(tmp_path / "empty.txt")], capsys, "the test split has no image")
     (tmp_path / "valid.txt").write_text("img03.png\nnot-captioned.jpg\n")
     fails(caption_folder.main, list_argv, capsys, "1 listed images have no caption", "not-captioned.jpg", "--skip-missing")
     (images / "img02.jpg").unlink()
@@ -388,3 +390,17 @@ def test_caption_folder_missing_inputs_are_one_error(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     fails(caption_folder.main, ["--images", str(images), "--captions", str(captions), "--out", str(tmp_path / "file")], capsys,
           "exists and is not a folder")
+
+
+def test_an_image_path_a_split_cannot_hold_keeps_the_dataset_already_there(tmp_path):
+    """The paths were checked as each split was written, after the folder's dataset.json had gone."""
+    from attnkit.data.captions import write_caption_dataset
+    from attnkit.errors import UserError
+
+    good = {"train": [CaptionedImage("a.jpg", ("a cat",))], "valid": [CaptionedImage("b.jpg", ("a dog",))]}
+    write_caption_dataset(tmp_path / "out", good, tmp_path)
+    before = {path.name: path.read_bytes() for path in (tmp_path / "out").iterdir()}
+    bad = {**good, "test": [CaptionedImage("c\td.jpg", ("a tab",))]}
+    with pytest.raises(UserError, match="split 'test': image path"):
+        write_caption_dataset(tmp_path / "out", bad, tmp_path)
+    assert {path.name: path.read_bytes() for path in (tmp_path / "out").iterdir()} == before

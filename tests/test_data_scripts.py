@@ -147,6 +147,11 @@ def test_prepare_tatoeba_writes_a_readable_dataset(tmp_path, capsys):
     }
     assert info["counts"]["duplicates_dropped"] == 1
 
+    assert tatoeba.main([*argv[:-1], "0"]) == 0  # --test 0: no test split, not an empty one
+    assert read_dataset_info(out)["splits"] == {"train": 29, "valid": 4}
+    with pytest.raises(UserError, match="has no split 'test'"):  # the first run's test files, not this dataset's
+        read_parallel(out, "test", "fr", "en")
+
 
 def test_prepare_tatoeba_direction_raw_text_and_determinism(tmp_path):
     zip_path = make_zip(tmp_path / "fra-eng.zip")
@@ -183,12 +188,21 @@ def test_prepare_tatoeba_max_pairs_and_plain_text_input(tmp_path):
         (["--zip", "{tmp}/fra-eng.zip", "--max-pairs", "10", "--valid", "5", "--test", "5"], "leaves nothing"),
         (["--zip", "{tmp}/garbage.zip"], "not a valid zip"),
         (["--zip", "{tmp}/fra-eng.zip", "--keep-text"], "goes with --tutorial-filter"),
+        (["--zip", "{tmp}/fra-eng.zip", "--valid", "0"], "--valid must be at least 1: training reads the valid split"),
+        (["--zip", "{tmp}/unsupported.zip"], "cannot read .*unsupported.zip: .*compression"),  # had been a traceback
     ],
 )
 def test_prepare_tatoeba_bad_input(tmp_path, capsys, argv, message):
     make_zip(tmp_path / "fra-eng.zip")
     with zipfile.ZipFile(tmp_path / "empty.zip", "w") as archive:
         archive.writestr("other.txt", "x")
+    with zipfile.ZipFile(tmp_path / "unsupported.zip", "w") as archive:
+        archive.writestr("fra.txt", "Go.\tVa !\tCC-BY\n")
+    raw = bytearray((tmp_path / "unsupported.zip").read_bytes())  # compression method 99 (AES), in both headers
+    for header in (b"PK\x03\x04", b"PK\x01\x02"):
+        at = raw.index(header) + (8 if header == b"PK\x03\x04" else 10)
+        raw[at : at + 2] = (99).to_bytes(2, "little")
+    (tmp_path / "unsupported.zip").write_bytes(bytes(raw))
     (tmp_path / "garbage.zip").write_bytes(b"not a zip")
     argv = [arg.format(tmp=tmp_path) for arg in argv] + ["--out", str(tmp_path / "out")]
     with pytest.raises(UserError, match=message):
@@ -230,13 +244,17 @@ def make_multi30k(root: Path, drop: str = "", extra_line: str = "") -> Path:
 def test_prepare_multi30k_leaves_out_the_listed_photos_from_train_and_valid_only(tmp_path, capsys):
     root = make_multi30k(tmp_path / "data")
     listed = tmp_path / "study.txt"  # Flickr8k names: the photo id before "_"
-    listed.write_text("1_0a1b2c.jpg\n1000_ffee.jpg\n2000_77.jpg\n\n")
+    listed.write_text("1_0a1b2c.jpg\n2000_77.jpg\n\n")
     out = tmp_path / "de-en"
     assert multi30k.main(["--source", "de", "--target", "en", "--data", str(root), "--out", str(out), "--exclude-photos", str(listed)]) == 0
     assert "left out 1 train pairs" in capsys.readouterr().out
     assert read_parallel(out, "train", "de", "en") == [("Ein Hund rennt.", "A dog runs.")]
-    assert read_parallel(out, "valid", "de", "en") == [] and len(read_parallel(out, "test", "de", "en")) == 2
-    assert read_dataset_info(out)["excluded_photos"]["pairs_left_out"] == {"train": 1, "valid": 1}
+    assert len(read_parallel(out, "valid", "de", "en")) == 1 and len(read_parallel(out, "test", "de", "en")) == 2  # test keeps 2000_77
+    assert read_dataset_info(out)["excluded_photos"]["pairs_left_out"] == {"train": 1, "valid": 0}
+    listed.write_text("1000_ffee.jpg\n")  # the only valid photo (as Multi30k's own val.txt would do to its valid split)
+    with pytest.raises(UserError, match="the valid split has no pair left: --exclude-photos .* lists every photo of it"):
+        multi30k.main(["--source", "de", "--target", "en", "--data", str(root), "--out", str(out), "--exclude-photos", str(listed)])
+    assert read_dataset_info(out)["excluded_photos"]["pairs_left_out"] == {"train": 1, "valid": 0}  # the dataset there is kept
     listed.write_text("not-a-photo.png\n")
     with pytest.raises(UserError, match="not a Flickr image file name"):
         multi30k.main(["--source", "de", "--target", "en", "--data", str(root), "--out", str(tmp_path / "bad"), "--exclude-photos", str(listed)])

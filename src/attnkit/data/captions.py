@@ -46,15 +46,15 @@ def write_caption_dataset(
     """Write ``splits`` as a dataset folder; files appear whole or not at all, dataset.json last."""
     folder = Path(folder)
     image_root = Path(image_root).resolve()
+    for name, items in splits.items():  # all checked before the folder is touched: a bad path keeps the dataset there
+        for item in items:
+            image = item.image
+            if not image or image != image.strip() or any(c in image for c in "\t\r\n"):
+                raise UserError(f"split '{name}': image path {image!r} is empty, has surrounding spaces or a tab / line break")
     try:
         begin_dataset(folder)
         for name, items in splits.items():
-            lines = []
-            for item in items:
-                image = item.image
-                if not image or image != image.strip() or any(c in image for c in "\t\r\n"):
-                    raise UserError(f"split '{name}': image path {image!r} is empty, has surrounding spaces or a tab / line break")
-                lines += [f"{image}\t{_one_line(caption)}\n" for caption in item.captions]
+            lines = [f"{item.image}\t{_one_line(caption)}\n" for item in items for caption in item.captions]
             write_text_atomic(folder / f"{name}.tsv", "".join(lines))
         stored_root = str(image_root)  # absolute unless the two share a folder below the file system root
         try:
