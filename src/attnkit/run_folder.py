@@ -100,6 +100,12 @@ class RunFolder:
         """Is ``path`` one of the files of the run in this folder (what --overwrite would replace)?"""
         return path.parent == self.path and (path.name in RUN_FILES or EPOCH_CHECKPOINT.fullmatch(path.name) is not None) and self.holds_run()
 
+    def refuse_non_files(self) -> None:
+        """A folder (or anything but a file) where one of the run's files goes: every write of it would fail."""
+        for path in (self.path / name for name in RUN_FILES):
+            if path.exists() and not path.is_file():
+                raise UserError(f"output_dir {self.path}: {path} must be a file, and it is not; move it away")
+
     def refuse_existing(self, overwrite: bool) -> None:
         """The early check of a new run: a folder that holds a run, or a run's checkpoints, is kept unless ``overwrite``."""
         if self.holds_run() and not overwrite:

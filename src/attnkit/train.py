@@ -33,13 +33,12 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights, save_checkpoint
-from attnkit.cli import check_output_folder
 from attnkit.config import ExperimentConfig, TrainConfig, save_config, to_dict
 from attnkit.data.batching import BatchLimit, BucketBatchSampler, length_multiple, padded_collate
 from attnkit.distributed import Distributed, ShardedBatchSampler, autocast, choose_threads, loader_workers, resolve_device, resolve_precision, slow_precision_warning
 from attnkit.errors import UserError, out_of_memory
 from attnkit.optim import LearningRateSchedule, WeightAverage, load_optimizer_state
-from attnkit.run_folder import RUN_FILES, RunFolder, epoch_checkpoint_name
+from attnkit.run_folder import RunFolder, epoch_checkpoint_name
 from attnkit.vocab import Vocabulary
 from attnkit.watch import DrawAttention, TensorBoardLog, check_tensorboard
 
@@ -600,7 +599,7 @@ def check_run_folder(folder: RunFolder, resume: Checkpoint | None, overwrite: bo
     stands at the same epoch (its own folder, or a copy of it); another run's folder, or
     its own folder at a later epoch (resuming best.pt would rewind last.pt), needs ``overwrite``.
     """
-    check_output_folder(folder.path, "output_dir", files=RUN_FILES)  # a folder named last.pt failed after an epoch's work
+    folder.refuse_non_files()  # a folder named last.pt failed after an epoch's work
     if resume is None:
         folder.refuse_existing(overwrite)
         return
