@@ -5,7 +5,7 @@ import pytest
 
 from attnkit.checkpoint import load_checkpoint, save_checkpoint, with_overrides
 from attnkit.config import load_config
-from attnkit.data.batching import BucketBatchSampler, TaskMixSampler, pad_sequences
+from attnkit.data.batching import BatchLimit, BucketBatchSampler, TaskMixSampler, pad_sequences
 from attnkit.data.scenes import write_scene_dataset
 from attnkit.errors import UserError
 from attnkit.interfaces import Pixels
@@ -61,6 +61,18 @@ def test_task_mix_sampler_keeps_tasks_apart_and_follows_the_shares():
     assert list(sampler) != batches
     with pytest.raises(ValueError):
         TaskMixSampler([captions, BucketBatchSampler([], 4)], [0, 40], [0.5, 0.5])
+
+
+def test_a_task_given_no_batches_is_not_held_to_the_token_limit():
+    """With train.caption_share 0 or 1 the other task's lengths were still checked against train.batch_tokens:
+    a long pair refused a run that never draws it."""
+    captions, long_pairs = [(5, 0)] * 12, [(3, 3)] * 11 + [(40, 30)]
+    limit = BatchLimit(size=4, tokens=20)
+    sampler = TaskMixSampler.bucketed([captions, long_pairs], [0, 12], [1.0, 0.0], limit, seed=0)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) == 3 and all(max(b) < 12 for b in batches)  # captions alone, 4 of 5 tokens a batch
+    with pytest.raises(UserError, match="batch_tokens: 20 is smaller than the longest training example .40 target tokens"):
+        TaskMixSampler.bucketed([captions, long_pairs], [0, 12], [0.9, 0.1], limit, seed=0)
 
 
 def test_task_mix_dataset_finds_each_task():

@@ -34,7 +34,7 @@ from attnkit.captioning import (
 )  # fmt: skip
 from attnkit.checkpoint import Checkpoint, load_weights
 from attnkit.config import ExperimentConfig
-from attnkit.data.batching import Batch, BatchLimit, BucketBatchSampler, TaskMixSampler
+from attnkit.data.batching import Batch, BatchLimit, TaskMixSampler
 from attnkit.data.captions import image_root, read_caption_split, require_split_photos
 from attnkit.data.text import collate_pairs, read_parallel, resolve_languages
 from attnkit.errors import UserError
@@ -141,8 +141,7 @@ def prepare_multitask(config: ExperimentConfig, resume: Checkpoint | None, conte
     seed = config.train.seed
 
     def batches(limit: BatchLimit) -> TaskMixSampler:
-        tasks = [BucketBatchSampler(caption_keys, limit, seed=seed), BucketBatchSampler(text_set.lengths, limit, seed=seed)]
-        return TaskMixSampler(tasks, mix.offsets, [share, 1.0 - share], seed=seed)
+        return TaskMixSampler.bucketed([caption_keys, text_set.lengths], mix.offsets, [share, 1.0 - share], limit, seed=seed)
 
     def validate(trained: nn.Module) -> dict:
         caption = caption_validation(trained, captions, config, valid_items, root, valid_cache) if share > 0 else {}

@@ -278,6 +278,14 @@ class TaskMixSampler(torch.utils.data.Sampler[list[int]]):
         self.seed = seed
         self.epoch = 0
 
+    @classmethod
+    def bucketed(cls, lengths: Sequence[Sequence[Any]], offsets: Sequence[int], shares: Sequence[float], limit: BatchLimit, seed: int = 0) -> "TaskMixSampler":
+        """Each task's examples in :class:`BucketBatchSampler` batches of ``limit``, one list of sort keys a task.
+        A task given no batches (share 0) is bucketed as empty: its examples are never drawn, so one longer than
+        ``limit`` must not refuse the run."""
+        samplers = [BucketBatchSampler(keys if share > 0 else [], limit, seed=seed) for keys, share in zip(lengths, shares)]
+        return cls(samplers, offsets, shares, seed=seed)
+
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
