@@ -189,3 +189,38 @@ def test_too_few_examples_for_the_processes_is_said_as_such():
 
     assert too_few_examples(0, 1).startswith("no usable training examples")
     assert too_few_examples(1, 2) == "1 usable training examples for 2 processes: each process needs at least one (train with fewer processes, or on more data)"
+
+
+STOPPED_MID_WRITE = """
+import os, signal, sys
+from attnkit.errors import run_cli, stop_on_signals
+from attnkit.files import atomic_path
+
+def main(argv):
+    with atomic_path(sys.argv[1]) as temporary:
+        temporary.write_text("half of it")
+        os.kill(os.getpid(), getattr(signal, sys.argv[2]))  # as kill, timeout or a closed terminal would
+        temporary.write_text("all of it")
+
+if sys.argv[3] == "nohup":
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+stop_on_signals()
+sys.exit(run_cli(main))
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_is_met_as_ctrl_c_and_a_write_under_way_leaves_nothing(tmp_path, name):
+    """A killed `attnkit average` (or any command mid-write) left its temporary file beside --out."""
+    out = tmp_path / "averaged.pt"
+    result = subprocess.run([sys.executable, "-c", STOPPED_MID_WRITE, str(out), name, "-"], capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert (result.returncode, result.stderr) == (128 + getattr(__import__("signal"), name), f"stopped by {name}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_hangup_the_caller_ignores_stays_ignored(tmp_path):
+    """`nohup attnkit train ...` must outlive its terminal."""
+    out = tmp_path / "averaged.pt"
+    result = subprocess.run([sys.executable, "-c", STOPPED_MID_WRITE, str(out), "SIGHUP", "nohup"], capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert (result.returncode, result.stderr) == (0, "")
+    assert out.read_text() == "all of it" and [path.name for path in tmp_path.iterdir()] == ["averaged.pt"]

@@ -9,10 +9,12 @@ fails (memory), and a closed stdout (``... | head``), which ends the run quietly
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
 import select
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -40,6 +42,29 @@ def first_line(error: BaseException) -> str:
     return lines[0] if lines else type(error).__name__
 
 
+class Stopped(KeyboardInterrupt):
+    """A stop signal met as Ctrl-C is: SIGTERM (``kill``, ``timeout``, a service manager, torchrun stopping a job)
+    or SIGHUP (the terminal closed). Raised where the program is, so every ``finally`` runs: a write under way
+    removes its temporary file, a run folder's lock is let go. Only SIGKILL still ends a command with no say."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def stop_on_signals() -> None:
+    """SIGTERM and SIGHUP raise :class:`Stopped` (the console script calls it once, in the main thread). A signal
+    the caller ignores stays ignored: ``nohup attnkit train ...`` must outlive its terminal."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise Stopped(signum)
+
+    for name in ("SIGTERM", "SIGHUP"):  # SIGHUP: POSIX only
+        signum = getattr(signal, name, None)
+        if signum is not None and signal.getsignal(signum) is signal.SIG_DFL:
+            signal.signal(signum, stop)
+
+
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
     """Run a task's ``main``; map a :class:`UserError` (or a full disk, ...) to ``error: ...`` and exit code 2."""
     try:
@@ -64,9 +89,11 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
             raise
         _say_error(f"not enough memory ({first_line(error)[:200]}); make the model's sizes, the batch or the beam smaller")
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as interruption:
+        signum = getattr(interruption, "signum", signal.SIGINT)
+        with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+            print("interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        return 128 + signum  # what a shell reports for a process the signal ended: 130 for Ctrl-C, 143 for SIGTERM
 
 
 def _say_error(text: str) -> None:

@@ -79,6 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(argv: Sequence[str] | None = None) -> NoReturn:
     """The console script (and ``tasks/NAME.py``): exit with the command's code; a rank of a several-process
     ``attnkit train`` ends without the interpreter's teardown (:func:`attnkit.distributed.end_process`)."""
+    from attnkit.errors import stop_on_signals
+
+    stop_on_signals()  # SIGTERM and SIGHUP stop a command as Ctrl-C does: what it was writing is cleaned up
     code = main(argv)
     from attnkit.distributed import end_process
 

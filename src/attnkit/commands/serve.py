@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import errno
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 
 from attnkit.cli import GivenOnce, add_device_arguments, int_in_range, positive_number, seconds, warn_slow_decoding
@@ -60,8 +58,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"attnkit serve: this model {models.describe()}; open http://{f'[{shown}]' if ':' in shown else shown}:{port}/ (Ctrl-C stops)", flush=True)
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: listening on {host}: anyone who can reach this machine on port {port} can use the model", file=sys.stderr)
-    if threading.current_thread() is threading.main_thread():  # only there can a signal be handled
-        signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop, handled as Ctrl-C is
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -71,6 +67,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("stopped", file=sys.stderr)
     return 0
 
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
