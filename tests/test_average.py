@@ -97,6 +97,25 @@ def test_average_replaces_an_existing_out_only_with_overwrite(vocab, tmp_path, c
         torch.testing.assert_close(tensor, (load_checkpoint(epochs[0]).model[name] + load_checkpoint(epochs[1]).model[name]) / 2, msg=name)
 
 
+def test_two_runs_checkpoints_average_only_when_asked(vocab, tmp_path, capsys):
+    """Epoch checkpoints carry no run_id: two seeds of one recipe averaged without a word, into a model that
+    translates next to nothing (docs/training.md)."""
+    def run_folder(name: str, run_id: str, seed: int) -> str:
+        checkpoint = checkpoint_of(tiny_model(vocab, seed=seed), vocab)
+        save_checkpoint(tmp_path / name / "last.pt", dataclasses.replace(checkpoint, training={"progress": {"run_id": run_id, "epoch": 1}}))
+        return str(save_checkpoint(tmp_path / name / "epoch-1.pt", checkpoint))
+
+    seed_1, seed_2, resumed_elsewhere = run_folder("seed-1", "aaaa", 1), run_folder("seed-2", "bbbb", 2), run_folder("copy", "aaaa", 3)
+    mean = tmp_path / "mean.pt"
+    assert run_cli(average.main, [seed_1, seed_2, "--out", str(mean)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: these checkpoints come from 2 runs") and "--across-runs" in err and err.count("\n") == 1, err
+    assert not mean.exists()
+    assert run_cli(average.main, [seed_1, seed_2, "--out", str(mean), "--across-runs"]) == 0  # a soup of fine-tunes
+    assert run_cli(average.main, [seed_1, resumed_elsewhere, str(mean), "--out", str(tmp_path / "again.pt")]) == 0
+    assert capsys.readouterr().err == ""  # one run in two folders, and a mean outside any run
+
+
 def test_a_kill_after_the_last_epoch_s_checkpoint_leaves_no_epoch_too_many(toy_data, tmp_path, monkeypatch):
     """The oldest epoch file went after last.pt was written: killed in between on the run's last epoch, the folder kept
     keep_epochs + 1 of them, which no resume pruned (nothing was left to train) and `average epoch-*.pt` averaged."""

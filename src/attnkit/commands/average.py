@@ -7,7 +7,8 @@
 The mean of the weights after the last few epochs is usually a little better than any one of them
 and costs nothing at decoding time. The checkpoints must be of one model (the same task, vocabularies,
 weight shapes and model config: heads, image size, ...); the result holds weights, config and vocabularies only (it translates and
-captions; it cannot be resumed). Compare it with best.pt on the validation split, not the test. An
+captions; it cannot be resumed). Checkpoints of several runs are refused unless --across-runs: two seeds' mean
+is far worse than each (decode them as an ensemble instead). Compare it with best.pt on the validation split, not the test. An
 existing --out (an earlier mean, a run's best.pt) is replaced only with --overwrite; a run's last.pt never (the run
 could not be resumed).
 """
@@ -30,6 +31,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("checkpoints", nargs="+", help="checkpoints of one model (e.g. runs/NAME/epoch-*.pt)")
     parser.add_argument("--out", required=True, help="where to write the averaged checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace --out when it exists (a run's best.pt, say)")
+    parser.add_argument("--across-runs", action="store_true", help="average checkpoints of several runs (runs fine-tuned from one start); refused otherwise")
     return parser
 
 
@@ -50,10 +52,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if out.exists() and not args.overwrite:
         whose = f" (the {out.name} of the run in {run.path})" if run.owns(out) else ""
         raise UserError(f"--out {out} exists{whose}; pass --overwrite to replace it, or write the mean to a new file")
+    if len(runs := {run for run in map(run_of, inputs) if run is not None}) > 1 and not args.across_runs:
+        # Two seeds' weights do not line up (a unit of one is no unit of the other): their mean translates next to nothing.
+        raise UserError(
+            f"these checkpoints come from {len(runs)} runs (their folders' last.pt name different runs): the mean of runs trained "
+            "from different starts is far worse than each; combine them as an ensemble (--checkpoint A --checkpoint B), or pass "
+            "--across-runs for runs fine-tuned from one start (a model soup)"
+        )
     checkpoints = [load_checkpoint(path) for path in args.checkpoints]
     averaged = average_checkpoints(checkpoints, args.checkpoints)
     with run.claim() if run.owns(out) else contextlib.nullcontext():  # not while a training writes that run
         save_checkpoint(out, averaged)
     print(f"wrote {args.out}: the mean of {len(checkpoints)} checkpoints' weights")
     return 0
+
+
+def run_of(checkpoint: Path) -> str | None:
+    """The run a checkpoint belongs to: the run_id in its folder's last.pt (a folder's checkpoints are its run's: a new
+    run there removes the old one's, a resume into a new folder keeps the id), or None where no run can be read."""
+    folder = RunFolder(checkpoint.resolve().parent)
+    if not folder.holds_run():
+        return None
+    with contextlib.suppress(UserError):  # a damaged last.pt: the mean's inputs have been read already
+        return folder.standing_progress().get("run_id") or None
+    return None
 
