@@ -85,7 +85,7 @@ def test_cider_d_reward_equals_pycocoevalcap_on_fixed_captions():
     import numpy as np
     from pycocoevalcap.cider.cider import Cider
 
-    from attnkit.metrics import CiderD, caption_words
+    from attnkit.metrics import CiderD, caption_words, cider_d_per_image
 
     rng = random.Random(0)
     words = "a dog runs on the grass two men ride bikes down hill child in red shirt plays with ball".split()
@@ -101,6 +101,8 @@ def test_cider_d_reward_equals_pycocoevalcap_on_fixed_captions():
     _, theirs = Cider().compute_score(gold, generated)
     np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
     assert ours[0] > 1.0 and ours[1] > ours[2]
+    # The per-image scores the bootstrap reads clean raw tokens as the reward does (they took "A" and "." as words)
+    np.testing.assert_allclose(cider_d_per_image(captions, references), ours, rtol=1e-9, atol=1e-12)
 
 
 def test_caption_words_drop_what_cocos_tokenizer_drops():

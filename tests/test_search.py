@@ -4,7 +4,7 @@ import torch
 from attnkit.data.batching import pad_sequences
 from attnkit.interfaces import StepOutput
 from attnkit.interfaces import EncoderOutput, Tokens
-from attnkit.search import beam_search, greedy_search, length_penalty
+from attnkit.search import beam_search, greedy_search, length_penalty, max_steps
 from attnkit.vocab import Vocabulary
 from conftest import TINY_TRANSFORMER, tiny_model
 
@@ -117,6 +117,33 @@ def test_n_best_is_sorted_and_attention_rows_sum_to_one(vocab):
         assert scores == sorted(scores, reverse=True) and len(hypotheses) == 3
         for h in hypotheses:
             torch.testing.assert_close(h.attention.sum(-1), torch.ones(h.attention.shape[0]))
+
+
+def test_n_best_puts_the_finished_first_then_those_the_length_limit_stopped(vocab):
+    """With fewer finished hypotheses than n_best, unfinished ones fill the list after them, each group best first:
+    an unfinished score never paid for <eos>, so it may be higher than a finished one's and still rank after it."""
+    higher_unfinished_after_finished = 0
+    for seed in range(6):
+        model = tiny_model(vocab, seed=seed, **TINY_TRANSFORMER)
+        with torch.no_grad():  # a peaked output layer: scores far apart, and some hypotheses end early
+            model.decoder.output.weight.mul_(4.0)
+            model.decoder.output.bias.mul_(4.0)
+        for hypotheses in beam_search(model.decoder, model.encode(pad_sequences(SOURCES)), BOS, EOS, beam_size=4, max_length=4, n_best=4):
+            finished = [h.score for h in hypotheses if h.finished]
+            unfinished = [h.score for h in hypotheses if not h.finished]
+            assert [h.finished for h in hypotheses] == [True] * len(finished) + [False] * len(unfinished)
+            assert finished == sorted(finished, reverse=True) and unfinished == sorted(unfinished, reverse=True)
+            higher_unfinished_after_finished += bool(finished and unfinished and max(unfinished) > min(finished))
+    assert higher_unfinished_after_finished > 0  # the case this test is about was built
+
+
+def test_the_length_limit_is_the_ratio_times_the_source_rounded_as_written():
+    """2.1 x 30 is 62.999... in float32 (and float64): the limit was one step short of the 63 asked for."""
+    def limit(ratio: float, words: int, offset: int) -> int:
+        mask = torch.ones(1, words, dtype=torch.bool)
+        return int(max_steps(EncoderOutput(torch.zeros(1, words, 1), mask, torch.zeros(1, 1), Tokens(torch.tensor([words]))), ratio, offset)[0])
+
+    assert [limit(2.1, 30, 0), limit(1.3, 90, 10), limit(1.05, 60, 0), limit(0.29, 100, 0), limit(2.0, 7, 10), limit(0.5, 3, 0)] == [63, 127, 63, 29, 24, 1]
 
 
 def test_length_penalty_follows_gnmt():

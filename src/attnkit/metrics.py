@@ -140,14 +140,18 @@ def _meteor(gold: dict, generated: dict) -> tuple[float | None, str | None]:
 
 
 def coco_inputs(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]) -> tuple[dict, dict]:
-    """(references, captions) as pycocoevalcap's scorers take them, keyed by image number: words (as
-    :func:`caption_words` leaves them) joined by spaces."""
-    return {i: [" ".join(r) for r in rs] for i, rs in enumerate(references)}, {i: [" ".join(h)] for i, h in enumerate(hypotheses)}
+    """(references, captions) as pycocoevalcap's scorers take them, keyed by image number: words cleaned by
+    :func:`caption_words` (it changes nothing the second time) and joined by spaces. Cleaned here, so that every
+    scorer fed from it compares words as :class:`CiderD` does (raw tokens moved a caption's CIDEr-D by up to 0.6)."""
+    def joined(words: Sequence[str]) -> str:
+        return " ".join(caption_words(words))
+
+    return {i: [joined(r) for r in rs] for i, rs in enumerate(references)}, {i: [joined(h)] for i, h in enumerate(hypotheses)}
 
 
 def cider_d_per_image(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]) -> list[float]:
     """pycocoevalcap's CIDEr-D of each caption (on its 0-10 scale), document frequencies from all of ``references``:
-    their mean is :func:`caption_scores`' ``cider_d`` / 100. Words as :func:`caption_words` leaves them."""
+    their mean is :func:`caption_scores`' ``cider_d`` / 100. Words are compared as :func:`caption_words` leaves them."""
     from pycocoevalcap.cider.cider import Cider
 
     _, per_image = Cider().compute_score(*coco_inputs(hypotheses, references))

@@ -38,8 +38,9 @@ def length_penalty(length: int, alpha: float) -> float:
 
 def max_steps(encoded: EncoderOutput, ratio: float, offset: int) -> Tensor:
     """Per-example output length limit: ratio * (real memory positions) + offset, at least 1. (B,)"""
-    real = encoded.mask.sum(1).float()  # (B,)
-    return (ratio * real + offset).floor().clamp(min=1).long().cpu()
+    real = encoded.mask.sum(1).double()  # (B,)
+    # The tolerance: 2.1 x 30 is 62.999... in binary, and the limit the user means is 63 (float64 alone keeps such cases).
+    return (ratio * real + offset + 1e-6).floor().clamp(min=1).long().cpu()
 
 
 def _limits(encoded: EncoderOutput, max_length: int | Tensor) -> Tensor:
@@ -113,7 +114,9 @@ def beam_search(
     n_best: int = 1,
     never: Sequence[int] = (),
 ) -> list[list[Hypothesis]]:
-    """Batched beam search; returns the ``n_best`` hypotheses of every example, best first (never a word in ``never``).
+    """Batched beam search; returns the ``n_best`` hypotheses of every example (never a word in ``never``): the finished
+    ones best first, then, where fewer than ``n_best`` ended within the length limit, unfinished ones best first (their
+    scores never paid for an <eos>, so they rank after every finished one whatever their score).
 
     Each step ranks the 2K best continuations of every sentence: those that end
     in <eos> within the first K ranks are finished, the K best others live on. A

@@ -5,7 +5,8 @@
     echo "Il est grand." | attnkit translate --checkpoint CK --attention-png attn.png
 
 Prints one detokenised translation per input line (with --n-best N: N lines of
-``number<TAB>score<TAB>translation`` per input, best first; ``number``: the input's, from 1). A sentence that cannot be
+``number<TAB>score<TAB>translation`` per input, best first; ``number``: the input's, from 1; a translation the length
+limit stopped before its end comes after every finished one, whatever its score). A sentence that cannot be
 translated (empty, only unknown words) prints an empty line, a message on
 stderr, and makes the exit code 1; the others are still translated.
 
