@@ -214,6 +214,19 @@ def test_a_run_shorter_than_its_decay_decays_throughout():
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
 
 
+def test_a_decay_that_begins_within_the_warm_up_climbs_until_it_meets_the_falling_line():
+    """The decay froze the rate at the share the warm-up had reached at its first step: a 3-epoch run of a recipe
+    with 10 warm-up steps and train.decay_epochs >= 3 trained at lr / 10 and below, never near lr."""
+    optimizer, schedule = _schedule(epochs=3, decay_epochs=3, warmup_steps=10)
+    rates = []
+    for step in range(30):  # ten steps an epoch
+        schedule.before_step(step, position=step / 10)
+        rates.append(optimizer.param_groups[0]["lr"] / 0.1)
+    assert rates[:7] == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])  # the warm-up, under the falling line
+    assert rates[7:] == pytest.approx([1 - step / 30 for step in range(7, 30)])  # then the line: 1 - position / 3
+    assert schedule.decay_from == pytest.approx(1.0) and max(rates) == pytest.approx(23 / 30)
+
+
 def test_epochs_past_the_decay_s_end_keep_the_rate_at_0_never_below():
     """bench/gpu_smoke.py runs epochs by steps, past train.epochs when its steps ask for more: a rate below 0 would
     climb the loss."""

@@ -281,7 +281,7 @@ class TrainConfig(_Checked):
     lr_patience: int = checked(1, at_least(0))  # validations without improvement let pass; the next one without it multiplies the LR by lr_factor
     lr_factor: float = checked(0.5, between(0, 1, low_open=True, high_open=True))
     min_lr: float = checked(1e-5, at_least(0))
-    decay_epochs: int = checked(0, at_least(0))  # the last N of train.epochs (all of them when N is more): the rate falls linearly, step by step, from the rate reached to 0 at the last step, and plateaus no longer change it (warm-up, stable, decay; attnkit.optim; 0: off)
+    decay_epochs: int = checked(0, at_least(0))  # the last N of train.epochs (all of them when N is more): the rate falls linearly, step by step, from the rate reached to 0 at the end of the last epoch, and plateaus no longer change it (warm-up, stable, decay; attnkit.optim; 0: off)
     patience: int = checked(5, at_least(0))  # early stopping: validations without improvement before training stops (0: never)
     max_minutes: float = checked(0.0, at_least(0))  # time budget of training and validation (checkpoint writes not counted): no epoch starts that would, at the last epoch's pace, end past it (0: none)
     ema_decay: float = checked(0.0, BELOW_ONE)  # validate and save an exponential moving average of the weights over the optimizer steps with this decay, e.g. 0.999 (attnkit.optim.WeightAverage; 0: the weights themselves)

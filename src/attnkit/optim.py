@@ -11,7 +11,8 @@ towards a plateau.
 
 With ``train.decay_epochs`` N, the last N of ``train.epochs`` (all of them, when N is more) decay the rate
 (warm-up, stable, decay: the WSD schedule of Hu et al. 2024): from the share of its peak the rate had when they
-began, linearly, step by step, to 0 at the end of the last epoch; the plateaus no longer change it. On the demo's
+began, linearly, step by step, to 0 at the end of the last epoch; the plateaus no longer change it. A decay that
+begins within the warm-up leaves the warm-up going: the rate climbs until it meets the falling line. On the demo's
 scene model three such epochs of fourteen took validation captions from 65 % to 87 % exactly right
 (BENCHMARKS.md, "A falling rate at the end")::
 
@@ -83,18 +84,21 @@ class LearningRateSchedule:
         warming up, left as the plateaus made it, or decaying; 0 for a group still frozen, and once it thaws the share
         of its peak that the other groups have then."""
         groups = self.optimizer.param_groups
+        warm = min(1.0, (step + 1) / self.warmup_steps) if self.warmup_steps else 1.0  # the warm-up's share of the peak
         if step < self.warmup_steps:
             for group, peak in zip(groups, self.peaks):
-                group["lr"] = peak * (step + 1) / self.warmup_steps
+                group["lr"] = peak * warm
         moving = [(group, peak) for group, peak, frozen in zip(groups, self.peaks, self.frozen) if step >= frozen and group["lr"] > 0]
-        share = moving[0][0]["lr"] / moving[0][1] if moving else 1.0  # the warm-up and the plateaus move every group alike
+        share = moving[0][0]["lr"] / moving[0][1] if moving else warm  # the warm-up and the plateaus move every group alike
         decayed = self.decayed(position)
         if decayed is None:
             self.decay_from = None  # a resumed run given more epochs: its decay begins again, later, from the rate reached
         else:
             if self.decay_from is None:
-                self.decay_from = share
-            share = self.decay_from * (1.0 - decayed)
+                self.decay_from = share / warm  # the plateaus' share alone (1 within the warm-up, where they wait)
+            # A decay that begins within the warm-up: the rate climbs until it meets the falling line, then follows it
+            # (it froze at the warm-up's first small share, lr / warmup_steps, and only fell from there).
+            share = min(warm, self.decay_from * (1.0 - decayed))
             for group, peak in zip(groups, self.peaks):
                 group["lr"] = peak * share
         for group, peak, frozen in zip(groups, self.peaks, self.frozen):
