@@ -12,7 +12,8 @@ Usage::
     python data_scripts/prepare_multi30k.py --source de --target en
     python data_scripts/prepare_multi30k.py --source en --target fr --data /data --out data/multi30k-en-fr
     python data_scripts/prepare_multi30k.py --source de --target en --out data/multi30k-de-en-study \
-        --exclude-photos ../shared/data/flickr8k/Flickr_8k.testImages.txt
+        --exclude-photos ../shared/data/flickr8k/Flickr_8k.testImages.txt \
+        --exclude-photos ../shared/data/flickr8k/Flickr_8k.devImages.txt
 
 Options:
 
@@ -22,7 +23,8 @@ Options:
 --out DIR           output folder (default ``data/multi30k-SRC-TGT`` in the project, which git ignores:
                     Multi30k is not redistributed with attnkit).
 --exclude-photos F  leave out of ``train`` and ``valid`` every pair whose photo is named in F (image file
-                    names one a line, Flickr8k or Flickr30k naming), e.g. the Flickr8k test list, so that
+                    names one a line, Flickr8k or Flickr30k naming; repeatable, the photos of every list
+                    left out), e.g. the Flickr8k test and validation lists, so that
                     a joint model sees none of those photos' sentences in training (``bench/real_attention.py``
                     studies them). ``test`` stays whole: its BLEU stays comparable. The counts left out go
                     into ``dataset.json``.
@@ -74,7 +76,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--target", required=True, help="target language: en, de or fr")
     parser.add_argument("--data", type=Path, default=None, help="data root holding multi30k/ (default $ATTNKIT_DATA, else ../shared/data)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default data/multi30k-SRC-TGT in the project)")
-    parser.add_argument("--exclude-photos", type=Path, default=None, metavar="LIST", help="leave the pairs of these photos out of train and valid")
+    parser.add_argument("--exclude-photos", type=Path, action="append", default=[], metavar="LIST", help="leave the pairs of these photos out of train and valid (repeatable)")
     return parser
 
 
@@ -96,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError(f"--out {out} exists and is not a folder")
 
     languages = (args.source, args.target)
-    left_out = read_photo_list(args.exclude_photos) if args.exclude_photos is not None else None
+    left_out = set().union(*(read_photo_list(path) for path in args.exclude_photos)) if args.exclude_photos else None  # every list given
     splits, excluded = {}, {}
     for name, stem in SPLITS.items():
         if left_out is None or name not in EXCLUDED_SPLITS:
@@ -107,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         excluded[name] = len(lines) - len(splits[name])
     for name, pairs in splits.items():  # training validates every epoch, and an empty test split scores nothing
         if not pairs:
-            raise UserError(f"the {name} split has no pair left: --exclude-photos {args.exclude_photos} lists every photo of it")
+            raise UserError(f"the {name} split has no pair left: --exclude-photos {' '.join(map(str, args.exclude_photos))} lists every photo of it")
     command = ["python", "data_scripts/prepare_multi30k.py", *(sys.argv[1:] if argv is None else argv)]
     info = {
         "name": f"multi30k-{args.source}-{args.target}",
@@ -119,8 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "options": {"source": args.source, "target": args.target},
         "preprocessing": "none: raw sentences, whitespace-stripped; line i of both languages kept as a pair",
     }
-    if args.exclude_photos is not None:
-        info["excluded_photos"] = {"list": str(args.exclude_photos), "pairs_left_out": excluded}
+    if args.exclude_photos:
+        info["excluded_photos"] = {"lists": [str(path) for path in args.exclude_photos], "pairs_left_out": excluded}
     write_parallel_dataset(out, (args.source, args.target), splits, info=info)
     counts = ", ".join(f"{name} {len(pairs):,}" for name, pairs in splits.items())
     left_out = "".join(f"; left out {excluded[name]:,} {name} pairs of the listed photos" for name in excluded)

@@ -251,6 +251,11 @@ def test_prepare_multi30k_leaves_out_the_listed_photos_from_train_and_valid_only
     assert read_parallel(out, "train", "de", "en") == [("Ein Hund rennt.", "A dog runs.")]
     assert len(read_parallel(out, "valid", "de", "en")) == 1 and len(read_parallel(out, "test", "de", "en")) == 2  # test keeps 2000_77
     assert read_dataset_info(out)["excluded_photos"]["pairs_left_out"] == {"train": 1, "valid": 0}
+    assert read_dataset_info(out)["excluded_photos"]["lists"] == [str(listed)]
+    more = tmp_path / "more.txt"  # a second list: its photos go too (the last list alone was kept, silently)
+    more.write_text("0_beef.jpg\n")  # the other training photo: each list alone leaves train a pair, both none
+    with pytest.raises(UserError, match="the train split has no pair left"):
+        multi30k.main(["--source", "de", "--target", "en", "--data", str(root), "--out", str(out), "--exclude-photos", str(listed), "--exclude-photos", str(more)])
     listed.write_text("1000_ffee.jpg\n")  # the only valid photo (as Multi30k's own val.txt would do to its valid split)
     with pytest.raises(UserError, match="the valid split has no pair left: --exclude-photos .* lists every photo of it"):
         multi30k.main(["--source", "de", "--target", "en", "--data", str(root), "--out", str(out), "--exclude-photos", str(listed)])
