@@ -10,10 +10,11 @@ Run from the project root::
     python bench/real_attention.py --evaluate-only --captioner runs/bench-flickr8k/attention/best.pt \\
         --translator runs/bench-multi30k/best.pt    # also study (and score) two single-task models
 
-1. Data: prepares ``data/flickr8k`` and ``data/multi30k-de-en-study`` when missing; the second leaves
-   the study photos' Multi30k pairs out of the translation training and validation data
-   (``prepare_multi30k.py --exclude-photos``), so neither side of the joint model sees a study
-   photo or its sentence in training.
+1. Data: prepares ``data/flickr8k`` and ``data/multi30k-de-en-study`` when missing (the second also when it
+   was prepared with other exclusions); the second leaves the study photos' Multi30k pairs out of the
+   translation training and validation data (``prepare_multi30k.py --exclude-photos``), so neither side of
+   the joint model sees a study photo or its sentence in training, and the caption validation photos' pairs
+   too, whose English is one of their validation captions word for word.
 2. Study photos: the Flickr8k *test* photos that Multi30k also describes (458 in the shared data),
    each with its Multi30k German sentence and English sentence.
 3. Trains the joint model (one decoder, target embeddings and output layer for the EfficientNet-Lite0
@@ -81,6 +82,7 @@ from attnkit.data.captions import CaptionedImage, image_root, read_caption_split
 from attnkit.data.images import MOSAIC_PHOTOS, open_rgb
 from attnkit.data.multi30k import IMAGE_SPLITS_DIR, SPLITS, photo_id, read_split_with_photos
 from attnkit.data.sources import default_data_root
+from attnkit.data.folder import read_dataset_info
 from attnkit.data.text import read_parallel, write_parallel_dataset
 from attnkit.errors import UserError, run_cli
 from attnkit.files import atomic_path, read_text_file, write_text_atomic
@@ -99,6 +101,9 @@ sys.path.insert(0, str(ROOT))
 from data_scripts import prepare_flickr8k, prepare_multi30k  # noqa: E402  (the project root is not on sys.path for bench/ scripts)
 
 FLICKR8K_TEST_LIST = Path("flickr8k") / "Flickr_8k.testImages.txt"
+# The photos whose Multi30k pairs the joint model's translation side must not train on: the study (test) photos, and
+# the caption validation photos, whose own references are word for word Multi30k training targets (391 of 433).
+STUDY_EXCLUSIONS = (FLICKR8K_TEST_LIST, Path("flickr8k") / "Flickr_8k.devImages.txt")
 # The joint model's SCST stage: the captioner's settings (bench/flickr8k.py; its batches of 32 then hold 32 sentences
 # too), with a short warm-up of its own in place of the joint recipe's 1,000 steps, which would hold the rate low for a fifth of
 # a five-epoch stage. Not chosen on validation. An epoch is both tasks' batches (caption_share of them caption, one
@@ -228,10 +233,18 @@ def ensure_data(data_root: Path, folder: Path) -> tuple[Path, Path]:
     if not (captions / "dataset.json").is_file():
         multi30k_photos = [data_root / IMAGE_SPLITS_DIR / f"{SPLITS[split]}.txt" for split in ("valid", "test")]
         prepare_flickr8k.main(["--data", str(data_root), "--out", str(captions), *(f"--exclude-photos={path}" for path in multi30k_photos)])
-    if not (pairs / "dataset.json").is_file():
-        exclude = data_root / FLICKR8K_TEST_LIST
-        prepare_multi30k.main(["--source", "de", "--target", "en", "--data", str(data_root), "--out", str(pairs), "--exclude-photos", str(exclude)])
+    if excluded_lists(pairs) != [path.name for path in STUDY_EXCLUSIONS]:  # missing, or prepared before the validation photos went
+        exclusions = [argument for path in STUDY_EXCLUSIONS for argument in ("--exclude-photos", str(data_root / path))]
+        prepare_multi30k.main(["--source", "de", "--target", "en", "--data", str(data_root), "--out", str(pairs), *exclusions])
     return captions, pairs
+
+
+def excluded_lists(pairs: Path) -> list[str] | None:
+    """The file names of the photo lists a prepared Multi30k folder left out (None when it is not prepared)."""
+    if not (pairs / "dataset.json").is_file():
+        return None
+    excluded = read_dataset_info(pairs).get("excluded_photos") or {}
+    return [Path(path).name for path in excluded.get("lists", [excluded["list"]] if "list" in excluded else [])]
 
 
 def quick_slices(captions: Path, pairs: Path, photos: list[StudyPhoto], into: Path) -> tuple[Path, Path]:

@@ -131,3 +131,20 @@ def test_bad_input_is_one_clear_message(real_attention, tmp_path, capsys, argv, 
     capsys.readouterr()
     assert run_cli(real_attention.main, argv) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_the_study_pairs_leave_out_the_test_and_the_caption_validation_photos_and_older_folders_are_prepared_again(real_attention, tmp_path):
+    """The caption validation photos' own references were Multi30k training targets (391 of 433): the joint model
+    was chosen on captions it had partly learnt by heart. A folder prepared with the test photos alone is redone."""
+    from attnkit.data.folder import read_dataset_info, write_dataset_info
+    from attnkit.data.text import read_parallel
+
+    captions, pairs = real_attention.ensure_data(shared_data_root(), tmp_path)
+    assert real_attention.excluded_lists(pairs) == ["Flickr_8k.testImages.txt", "Flickr_8k.devImages.txt"]
+    assert len(read_parallel(pairs, "train", "de", "en")) == 28_167 and len(read_parallel(pairs, "test", "de", "en")) == 1000
+    info = read_dataset_info(pairs)
+    info["excluded_photos"] = {"list": "/data/flickr8k/Flickr_8k.testImages.txt", "pairs_left_out": {"train": 433, "valid": 11}}
+    write_dataset_info(pairs, info)  # as prepared before 2026-12-04
+    assert real_attention.excluded_lists(pairs) == ["Flickr_8k.testImages.txt"]
+    real_attention.ensure_data(shared_data_root(), tmp_path)
+    assert real_attention.excluded_lists(pairs) == ["Flickr_8k.testImages.txt", "Flickr_8k.devImages.txt"]
