@@ -199,6 +199,22 @@ def test_a_new_image_encoder_never_updates_batchnorm_statistics():
     torch.testing.assert_close(fresh(source).memory, encoder.eval()(source).memory)
 
 
+def test_frozen_blocks_are_a_pure_function_of_the_image_in_training_mode_too():
+    """efficientnet_b0's blocks hold stochastic depth: in training mode its frozen blocks dropped random residual
+    branches, so the grid read from pixels differed call by call and from the cached (eval) grid."""
+    encoder, source = image_encoder("efficientnet_b0", keep_mode=True)
+    calibrated = torch.Generator().manual_seed(1)
+    for module in encoder.backbone.modules():  # statistics of a trained network, so the residual branches matter
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_var.uniform_(0.5, 1.5, generator=calibrated)
+            module.weight.data.uniform_(0.5, 1.5, generator=calibrated)
+    encoder.train()
+    assert not any(module.training for block in list(encoder.backbone)[: encoder.frozen_blocks] for module in block.modules())
+    training_grid = encoder.grid_features(source.images)
+    torch.testing.assert_close(encoder.grid_features(source.images), training_grid, rtol=0, atol=0)
+    torch.testing.assert_close(encoder.eval().grid_features(source.images), training_grid, rtol=0, atol=0)
+
+
 def test_self_attention_lets_a_cell_read_the_others_and_positions_tell_cells_apart():
     plain, _ = image_encoder("local_cnn")
     attending, _ = image_encoder("local_cnn", self_attention_layers=1, heads=2, feedforward_size=16)

@@ -217,6 +217,9 @@ class ImageEncoder(nn.Module):
         for module in self.backbone.modules():
             if isinstance(module, nn.modules.batchnorm._BatchNorm):
                 module.eval()
+        # The frozen blocks are a pure function of the image, as the cache that may stand in for them computes it:
+        # efficientnet_b0's blocks hold stochastic depth, which in training mode dropped random residual branches.
+        self.backbone[: self.frozen_blocks].eval()
         return self
 
     def grid_features(self, images: Tensor) -> Tensor:
