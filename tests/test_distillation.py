@@ -90,6 +90,19 @@ def test_the_objective_distils_a_share_of_the_batch(vocab):
     assert scorer and any(p.grad is not None and p.grad.abs().sum() > 0 for p in scorer)
 
 
+def test_the_targets_are_computed_in_fp32_inside_a_bf16_training_step(vocab):
+    """The loss runs under the training step's autocast: in bf16 the importance targets came from bf16 log-probabilities."""
+    from attnkit.distillation import distillation_targets
+
+    model, batch = GridModel(vocab, style="bahdanau", score="additive", rnn="lstm").train(), _batch()
+    is_token = batch.target[:, 1:] != 0
+    fp32 = distillation_targets(model, batch.source, batch.target, is_token)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        in_bf16_step = distillation_targets(model, batch.source, batch.target, is_token)
+    assert in_bf16_step.dtype == torch.float32
+    torch.testing.assert_close(in_bf16_step, fp32, rtol=0, atol=0)
+
+
 def test_every_caption_of_a_batch_gets_its_turn():
     assert distilled_rows(64, 0.1).tolist() == [0, 10, 21, 32, 42, 52, 63]  # linspace(0, 63, 7) rounded half to even
     assert distilled_rows(5, 1.0).tolist() == [0, 1, 2, 3, 4] and distilled_rows(5, 0.01).tolist() == [0]

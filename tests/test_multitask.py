@@ -431,6 +431,11 @@ def test_compare_on_a_one_word_source_writes_strict_json_with_null_where_nothing
     statistics = json.loads(text, parse_constant=lambda constant: pytest.fail(f"bare {constant} in statistics.json: jq and JSON.parse refuse it"))
     erased = statistics["erasure"]["text"]  # one source word: nothing to remove against another, nothing to flip
     assert erased["flip_share"] is None and erased["peak_drop"] is None and erased["random_drop"] is None
+    # Hidden from the attention, the one word leaves nothing to attend to: nothing measured (it was a traceback)
+    hidden = tmp_path / "one-word-hidden"
+    argv = ["--checkpoint", str(checkpoint), "--image", str(image), "--source", "cercle", "--target", "a red circle", "--out", str(hidden)]
+    assert compare.main([*argv, "--hide-at", "attention", "--importance", "input,windows"]) == 0
+    json.loads((hidden / "statistics.json").read_text(encoding="utf-8"), parse_constant=lambda constant: pytest.fail(f"bare {constant}"))
 
 
 def test_a_mosaic_comparison_keeps_each_inputs_positions_and_scores_its_own(scenes, joint_comparer):

@@ -371,6 +371,10 @@ def importance_maps(decoder, encoded: EncoderOutput, source: HideableSource, tar
             maps[name] = attention_importance(decoder, encoded, target)[:, real]
         elif name == INPUT_OCCLUSION and isinstance(forward, HiddenFromAttention) and ATTENTION_PATH in maps:
             maps[name] = maps[ATTENTION_PATH]  # one position hidden from attention is the attention estimator: not run twice
+        elif name in perturbing and isinstance(forward, HiddenFromAttention) and int(real.sum()) < 2:
+            # One position: hiding it from the attention leaves nothing to attend to, so nothing is measured (NaN, as
+            # the attention estimator gives there; null in the JSON), where it was a traceback.
+            maps[name] = torch.full((forward.forced.steps, int(real.sum())), float("nan"))
         elif name in perturbing:
             maps[name] = perturbing[name](forward, settings, device)
         elif name == GRADIENTS:  # from the memory the hidden versions are compared with (a feature cache's differs a little)
