@@ -92,10 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     example = max((r[0] for r in results if not r[0].error), key=lambda t: len(t.source_words))
     attention_png = draw_translation_attention(example, run_dir / "attention.png")
 
-    print(f"3/6 scoring all {len(test_pairs)} test sentences")
+    print(f"3/6 scoring all {len(test_pairs)} test pairs")
     scores = translator.evaluate(test_pairs)
     write_json_atomic(run_dir / "test_scores.json", scores, indent=2)
-    print(f"test BLEU {scores['bleu']}  chrF {scores['chrf']}  ({scores['bleu_signature']})")
+    print(f"test BLEU {scores['bleu']}  chrF {scores['chrf']}  ({scores['sentences']} sentences, each against all its references; {scores['bleu_signature']})")
 
     scenes = scene_tour(args, run_dir)
     seconds = time.perf_counter() - started
