@@ -515,7 +515,9 @@ def self_critical_training(
     config: ExperimentConfig, pipeline: CaptionPipeline, items: Sequence[CaptionedImage], dataset: CaptionDataset
 ) -> tuple[CaptionDataset, SelfCriticalObjective, list[int]]:
     """SCST's side of a captioning training set: one example per photo, its objective, and the batches' sort keys
-    (all alike: batches drawn at random, so every photo weighs the same, not bucketed by one of its captions' length)."""
+    (all alike: batches drawn at random, so every photo weighs the same, not bucketed by one of its captions' length).
+    The photos are those cross-entropy trains on: one whose every caption is over ``data.max_target_length`` is not
+    sampled (its references still count in CIDEr-D's document frequencies)."""
     photos = dataset.one_per_photo()
     return photos, self_critical_objective(config, pipeline, items, photos), [0] * len(photos)
 
