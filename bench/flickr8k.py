@@ -250,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         if reusable:
             folder, progress = reusable
             print(f"flickr8k ({mode}): reusing '{name}' (seed {seed}) from {folder}: the same config, trained to its end ({progress.epoch} epochs)")
-            return {"folder": folder, "config": config, "progress": progress, "wall": progress.seconds, "seed": seed, "origin": "reused"}
+            # wall None: only a run trained here from its start knows its minutes with setup (a reused or continued one does not)
+            return {"folder": folder, "config": config, "progress": progress, "wall": None, "seed": seed, "origin": "reused"}
         unfinished = cut_short_run(folder, config) if args.reuse else None
         started = time.perf_counter()
         if unfinished:
@@ -260,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"flickr8k ({mode}): training '{name}' (seed {seed}) into {folder} (a run cut short there is replaced; --reuse continues it)")
             progress = train_captioning(config, overwrite=True, progress_bar=not args.no_progress)
-        return {"folder": folder, "config": config, "progress": progress, "wall": time.perf_counter() - started, "seed": seed, "origin": "continued" if unfinished else "trained"}
+        wall = None if unfinished else time.perf_counter() - started
+        return {"folder": folder, "config": config, "progress": progress, "wall": wall, "seed": seed, "origin": "continued" if unfinished else "trained"}
 
     valid = read_caption_split(data, "valid")
 
@@ -305,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             f"valid_beam{max(beams)}": validate(run),
             "origin": run["origin"],  # trained by this run, reused (--reuse), or continued from where it was cut short
             "train_minutes": round(progress.seconds / 60, 2),
-            "train_wall_minutes_with_setup": round(run["wall"] / 60, 2),
+            "train_wall_minutes_with_setup": None if run["wall"] is None else round(run["wall"] / 60, 2),
             "epochs": progress.epoch,
             "stop_reason": progress.stop_reason or "all epochs",
             "parameters": count_parameters(captioner.model),

@@ -96,7 +96,7 @@ def choose_checkpoint(out: Path, valid_pairs: list[tuple[str, str]]) -> tuple[Tr
     averaged = average_checkpoints([load_checkpoint(path) for path in paths], [str(path) for path in paths])
     save_checkpoint(out / "averaged.pt", averaged)
     candidates = {"best.pt": Translator.from_checkpoint(out / "best.pt"), "averaged.pt": Translator.from_checkpoint(averaged)}
-    valid_bleu = {name: translator.evaluate(valid_pairs, beam_size=1)["bleu"] for name, translator in candidates.items()}
+    valid_bleu = {name: translator.evaluate(valid_pairs, beam_size=1, by_source=False)["bleu"] for name, translator in candidates.items()}  # as the trainer scores
     chosen = max(valid_bleu, key=valid_bleu.get)  # the first of equals: best.pt
     print(f"validation BLEU (greedy): best.pt {valid_bleu['best.pt']}, mean of epochs {kept[0][0]}-{kept[-1][0]} {valid_bleu['averaged.pt']}: testing {chosen}")
     return candidates[chosen], {"chosen": chosen, "averaged_epochs": [epoch for epoch, _ in kept], "valid_bleu_greedy": valid_bleu}
