@@ -122,7 +122,7 @@ def grounding_by_hand(checkpoint: str, split: str, scenes: int, reading: bool, s
             if referent is None:
                 continue
             row, column = divmod(int(image_rows[step].argmax()), columns)
-            x0, y0, x1, y1 = scene.objects[referent].box
+            x0, y0, x1, y1 = scene.objects[referent].drawn_box
             words += 1
             hits += column * cell_width < x1 and (column + 1) * cell_width > x0 and row * cell_height < y1 and (row + 1) * cell_height > y0
         for step in range(len(sentence.english)):  # the <eos> row is no word

@@ -39,6 +39,24 @@ def test_boxes_lie_inside_the_image_and_objects_do_not_overlap(split):
             assert apart_x or apart_y
 
 
+def test_the_gold_box_is_the_box_of_the_pixels_the_shape_covers():
+    """Squares are drawn inset in their square and a star's lowest points lie above its box's edge: the gold box was
+    the square drawn in, so a square named 6.8 cells of the 8 x 8 grid where 5.2 held any of it."""
+    import numpy as np
+
+    from attnkit.data.scenes import COLOURS
+
+    shrunk = set()
+    for scene in generate_scenes(100, seed=0, split="test"):
+        pixels = np.asarray(scene.image())
+        for item in scene.objects:
+            x0, y0, x1, y1 = item.box
+            ys, xs = np.nonzero((pixels[y0:y1, x0:x1] == COLOURS[item.colour][1]).all(-1))  # the object's own colour
+            assert item.drawn_box == (x0 + xs.min(), y0 + ys.min(), x0 + xs.max() + 1, y0 + ys.max() + 1), (item.shape, item.box)
+            shrunk |= {item.shape} if item.drawn_box != item.box else set()
+    assert shrunk == {"square", "star"}
+
+
 def test_every_referring_word_names_an_object_with_that_attribute():
     for scene in generate_scenes(200, seed=2):
         for sentence in scene.sentences:

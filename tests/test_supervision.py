@@ -62,7 +62,7 @@ def test_gold_comes_from_the_scene_ground_truth(scenes):
     assert sorted(by_step) == [step for step, referent in enumerate(sentence.referents) if referent is not None]
     for step, cells in by_step.items():
         assert sum(w for _, w in cells) == pytest.approx(1.0)
-        x0, y0, x1, y1 = scene.objects[sentence.referents[step]].box
+        x0, y0, x1, y1 = scene.objects[sentence.referents[step]].drawn_box
         for cell, _ in cells:  # 16 px cells of the 64 px scene, row-major
             row, column = divmod(cell, 4)
             assert column * 16 < x1 and (column + 1) * 16 > x0 and row * 16 < y1 and (row + 1) * 16 > y0

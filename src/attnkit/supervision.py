@@ -50,7 +50,7 @@ def caption_gold(scenes: Sequence[tuple[str, Scene]], grid: tuple[int, int]) -> 
     by_caption: dict[tuple[str, tuple[str, ...]], ExampleGold] = {}
     for image, scene in scenes:
         cells = cell_boxes(grid, (scene.size, scene.size))  # (L, 4)
-        object_cells = [_cells_of(overlap_share(cells, item.box)) for item in scene.objects]
+        object_cells = [_cells_of(overlap_share(cells, item.drawn_box)) for item in scene.objects]  # the pixels each shape covers
         for sentence in scene.sentences:
             entries = []
             for step, referent in enumerate(sentence.referents):

@@ -63,7 +63,7 @@ class _SceneGrounding:
     def add_image(self, scene: Scene, image: Tensor, grid: tuple[int, int]) -> None:
         """The pointing game of one scene's first phrasing, ``image`` (W, L)."""
         sentence = scene.sentences[0]
-        boxes = [item.box for item in scene.objects]
+        boxes = [item.drawn_box for item in scene.objects]  # the pixels each shape covers
         kinds = [word_kind(word) for word in sentence.english]
         for kind in set(kinds):
             referents = [r if k == kind else None for r, k in zip(sentence.referents, kinds)]
