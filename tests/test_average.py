@@ -109,7 +109,7 @@ def test_two_runs_checkpoints_average_only_when_asked(vocab, tmp_path, capsys):
     mean = tmp_path / "mean.pt"
     assert run_cli(average.main, [seed_1, seed_2, "--out", str(mean)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: these checkpoints come from 2 runs") and "--across-runs" in err and err.count("\n") == 1, err
+    assert err.startswith("error: these checkpoints come from 2 runs") and "--across-runs" in err and "compare them one by one" in err and err.count("\n") == 1, err
     assert not mean.exists()
     assert run_cli(average.main, [seed_1, seed_2, "--out", str(mean), "--across-runs"]) == 0  # a soup of fine-tunes
     assert run_cli(average.main, [seed_1, resumed_elsewhere, str(mean), "--out", str(tmp_path / "again.pt")]) == 0

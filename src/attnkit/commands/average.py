@@ -8,7 +8,7 @@ The mean of the weights after the last few epochs is usually a little better tha
 and costs nothing at decoding time. The checkpoints must be of one model (the same task, vocabularies,
 weight shapes and model config: heads, image size, ...); the result holds weights, config and vocabularies only (it translates and
 captions; it cannot be resumed). Checkpoints of several runs are refused unless --across-runs: two seeds' mean
-is far worse than each (decode them as an ensemble instead). Compare it with best.pt on the validation split, not the test. An
+is far worse than each (captioning runs decode as an ensemble instead). Compare it with best.pt on the validation split, not the test. An
 existing --out (an earlier mean, a run's best.pt) is replaced only with --overwrite; a run's last.pt never (the run
 could not be resumed).
 """
@@ -52,14 +52,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if out.exists() and not args.overwrite:
         whose = f" (the {out.name} of the run in {run.path})" if run.owns(out) else ""
         raise UserError(f"--out {out} exists{whose}; pass --overwrite to replace it, or write the mean to a new file")
+    checkpoints = [load_checkpoint(path) for path in args.checkpoints]
     if len(runs := {run for run in map(run_of, inputs) if run is not None}) > 1 and not args.across_runs:
         # Two seeds' weights do not line up (a unit of one is no unit of the other): their mean translates next to nothing.
+        instead = "decode them as an ensemble (attnkit caption or evaluate --checkpoint A --checkpoint B)" if checkpoints[0].task == "captioning" else "compare them one by one"
         raise UserError(
             f"these checkpoints come from {len(runs)} runs (their folders' last.pt name different runs): the mean of runs trained "
-            "from different starts is far worse than each; combine them as an ensemble (--checkpoint A --checkpoint B), or pass "
-            "--across-runs for runs fine-tuned from one start (a model soup)"
+            f"from different starts is far worse than each; {instead}, or pass --across-runs for runs fine-tuned from one start (a model soup)"
         )
-    checkpoints = [load_checkpoint(path) for path in args.checkpoints]
     averaged = average_checkpoints(checkpoints, args.checkpoints)
     with run.claim() if run.owns(out) else contextlib.nullcontext():  # not while a training writes that run
         save_checkpoint(out, averaged)
