@@ -40,7 +40,7 @@ def max_steps(encoded: EncoderOutput, ratio: float, offset: int) -> Tensor:
     """Per-example output length limit: ratio * (real memory positions) + offset, at least 1. (B,)"""
     real = encoded.mask.sum(1).cpu().double()  # (B,) on the CPU: not every device has float64 (MPS)
     # The tolerance: 2.1 x 30 is 62.999... in binary, and the limit the user means is 63 (float64 alone keeps such cases).
-    return (ratio * real + offset + 1e-6).floor().clamp(min=1).long().cpu()
+    return (ratio * real + offset + 1e-6).floor().clamp(min=1).long()
 
 
 def _limits(encoded: EncoderOutput, max_length: int | Tensor) -> Tensor:

@@ -53,7 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         whose = f" (the {out.name} of the run in {run.path})" if run.owns(out) else ""
         raise UserError(f"--out {out} exists{whose}; pass --overwrite to replace it, or write the mean to a new file")
     checkpoints = [load_checkpoint(path) for path in args.checkpoints]
-    if len(runs := {run for run in map(run_of, inputs) if run is not None}) > 1 and not args.across_runs:
+    folders = {path.resolve().parent for path in inputs}  # a run's epoch checkpoints share one folder: its last.pt is read once
+    if len(runs := {run_id for run_id in map(run_in, folders) if run_id is not None}) > 1 and not args.across_runs:
         # Two seeds' weights do not line up (a unit of one is no unit of the other): their mean translates next to nothing.
         instead = "decode them as an ensemble (attnkit caption or evaluate --checkpoint A --checkpoint B)" if checkpoints[0].task == "captioning" else "compare them one by one"
         raise UserError(
@@ -67,10 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def run_of(checkpoint: Path) -> str | None:
-    """The run a checkpoint belongs to: the run_id in its folder's last.pt (a folder's checkpoints are its run's: a new
+def run_in(path: Path) -> str | None:
+    """The run whose checkpoints a folder holds: the run_id in its last.pt (a folder's checkpoints are its run's: a new
     run there removes the old one's, a resume into a new folder keeps the id), or None where no run can be read."""
-    folder = RunFolder(checkpoint.resolve().parent)
+    folder = RunFolder(path)
     if not folder.holds_run():
         return None
     with contextlib.suppress(UserError):  # a damaged last.pt: the mean's inputs have been read already
