@@ -386,26 +386,52 @@ def test_a_hand_written_dataset_json_that_cannot_be_read_is_one_message(tmp_path
         resolve_languages(tmp_path)
 
 
-def test_a_preparation_cut_short_leaves_no_dataset_json_beside_mixed_files(tmp_path, monkeypatch):
-    """Each file is replaced whole, but a new train.fr beside the old train.en under the old dataset.json would pair
-    the wrong sentences: the writers take dataset.json away first and write it last."""
-    import attnkit.data.text as text
+def test_a_preparation_cut_short_keeps_the_old_dataset_whole(tmp_path, monkeypatch):
+    """Each file was replaced whole, but one by one: a preparation cut short after its train.fr had taken the old
+    dataset away (its dataset.json went first). The new files now wait under hidden names until all are written."""
+    from attnkit.data.folder import DatasetWrite
+    from attnkit.data.text import write_parallel_dataset
 
-    folder = text.write_parallel_dataset(tmp_path / "d", ("fr", "en"), {"train": [("un", "one"), ("deux", "two")]})
-    written = []
+    folder = write_parallel_dataset(tmp_path / "d", ("fr", "en"), {"train": [("un", "one"), ("deux", "two")]})
+    old_files = {path.name: path.read_bytes() for path in folder.iterdir()}
+    written, write_text = [], DatasetWrite.write_text
 
-    def cut_after_one(path, content):
+    def cut_after_one(self, final, text):
         if written:
             raise KeyboardInterrupt
-        written.append(path)
-        path.write_text(content, encoding="utf-8")
+        written.append(final)
+        write_text(self, final, text)
 
-    monkeypatch.setattr(text, "write_text_atomic", cut_after_one)
+    monkeypatch.setattr(DatasetWrite, "write_text", cut_after_one)
     with pytest.raises(KeyboardInterrupt):
-        text.write_parallel_dataset(folder, ("fr", "en"), {"train": [("trois", "three"), ("quatre", "four")]})
+        write_parallel_dataset(folder, ("fr", "en"), {"train": [("trois", "three"), ("quatre", "four")]})
     assert written == [folder / "train.fr"]
-    with pytest.raises(UserError, match="is not a prepared dataset: it has no dataset.json"):
-        read_parallel(folder, "train", "fr", "en")
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == old_files  # the new train.fr went with the rest
+    assert read_parallel(folder, "train", "fr", "en") == [("un", "one"), ("deux", "two")]
+
+
+def test_hidden_files_a_killed_preparation_left_go_with_the_next_one(tmp_path):
+    """A SIGKILL leaves no time to remove the staged files: the next preparation of the folder removes them."""
+    from attnkit.data.text import write_parallel_dataset
+    from attnkit.files import temporary_name
+
+    folder = write_parallel_dataset(tmp_path / "d", ("fr", "en"), {"train": [("un", "one")]})
+    for name in ("train.fr", "dataset.json"):
+        temporary_name(folder / name).write_text("from a killed run\n", encoding="utf-8")
+    (folder / ".notes").write_text("the user's own\n", encoding="utf-8")
+    write_parallel_dataset(folder, ("fr", "en"), {"train": [("deux", "two")]})
+    assert sorted(path.name for path in folder.iterdir()) == [".notes", "dataset.json", "train.en", "train.fr"]
+
+
+def test_a_finished_preparation_replaces_every_file_and_leaves_no_hidden_one(tmp_path):
+    from attnkit.data.captions import CaptionedImage, read_caption_split, write_caption_dataset
+
+    first = {"train": [CaptionedImage("a.jpg", ("a dog .",))]}
+    folder = write_caption_dataset(tmp_path / "c", first, tmp_path)
+    write_caption_dataset(folder, {"train": [CaptionedImage("b.jpg", ("a cat .", "a kitten ."))]}, tmp_path)
+    assert sorted(path.name for path in folder.iterdir()) == ["dataset.json", "train.tsv"]
+    assert [(item.image, item.captions) for item in read_caption_split(folder, "train")] == [("b.jpg", ("a cat .", "a kitten ."))]
+    assert read_dataset_info(folder)["captions"] == {"train": 2}
 
 
 def test_a_split_file_its_dataset_json_does_not_list_is_not_read(tmp_path):

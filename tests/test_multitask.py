@@ -6,6 +6,7 @@ import pytest
 from attnkit.checkpoint import load_checkpoint, save_checkpoint, with_overrides
 from attnkit.config import load_config
 from attnkit.data.batching import BatchLimit, BucketBatchSampler, TaskMixSampler, pad_sequences
+from attnkit.data.folder import read_dataset_info
 from attnkit.data.scenes import write_scene_dataset
 from attnkit.errors import UserError
 from attnkit.interfaces import Pixels
@@ -539,21 +540,28 @@ def test_a_joint_run_whose_text_pairs_are_all_too_long_is_one_message(scenes, tm
         train_multitask(config, progress_bar=False, log=lambda *a: None)
 
 
-def test_scenes_written_again_leave_no_sub_dataset_readable_until_done(tmp_path, monkeypatch):
+def test_scenes_written_again_and_cut_short_leave_the_old_scenes_whole(tmp_path, monkeypatch):
     """Only the root dataset.json was removed first: a regeneration cut short left captions/ and text/ readable,
-    pairing the new seed's images with the old seed's captions."""
-    from attnkit.data import scenes as scenes_module
+    pairing the new seed's images with the old seed's captions. Then all three went first, and the old scenes
+    were lost; now every new file, images included, waits under a hidden name until the last is written."""
+    from attnkit.data.folder import DatasetWrite
 
     folder = write_scene_dataset(tmp_path / "scenes", {"train": 4, "valid": 2}, seed=0, size=32)
-    assert (folder / "captions" / "dataset.json").is_file() and (folder / "text" / "dataset.json").is_file()
+    old_files = {path.relative_to(folder): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+    assert folder / "captions" / "dataset.json" in {folder / path for path in old_files}
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(scenes_module, "write_text_atomic", interrupted)  # cut short after the first split's images
+    monkeypatch.setattr(DatasetWrite, "write_text", interrupted)  # cut short after the first split's images
     with pytest.raises(KeyboardInterrupt):
         write_scene_dataset(folder, {"train": 4, "valid": 2}, seed=1, size=32)
-    assert not any((folder / name / "dataset.json").exists() for name in (".", "captions", "text"))
+    assert {path.relative_to(folder): path.read_bytes() for path in folder.rglob("*") if path.is_file()} == old_files
+    monkeypatch.undo()
+    write_scene_dataset(folder, {"train": 4, "valid": 2}, seed=1, size=32)
+    new_files = {path.relative_to(folder): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+    assert new_files.keys() == old_files.keys() and new_files[Path("images/train-00000.png")] != old_files[Path("images/train-00000.png")]
+    assert read_dataset_info(folder / "captions")["seed"] == 1
 
 
 def test_scene_scoring_refuses_a_model_that_splits_the_scenes_words_otherwise(joint_comparer, monkeypatch):

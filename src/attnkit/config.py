@@ -266,7 +266,7 @@ class DecoderConfig(_Checked):
 @dataclass(frozen=True)
 class TrainConfig(_Checked):
     batch_size: int = checked(64, at_least(1))  # sentences per batch (batches are bucketed by length)
-    batch_tokens: int = checked(0, at_least(0))  # cut batches by size instead: as many examples as fit in this many target tokens, padding and <bos>/<eos> included, per process (wins over batch_size; 0: off; attnkit.data.batching.BatchLimit)
+    batch_tokens: int = checked(0, at_least(0))  # cut batches by size instead: as many examples as fit in this many target tokens, padding and <bos>/<eos> included (CUDA's padding to multiples of 8 is not), per process (wins over batch_size; 0: off; attnkit.data.batching.BatchLimit)
     epochs: int = checked(20, at_least(1))
     lr: float = checked(1e-3, above(0))  # Adam
     weight_decay: float = checked(0.0, at_least(0))

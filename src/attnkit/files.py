@@ -16,8 +16,9 @@ import io
 import json
 import math
 import os
+import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from functools import lru_cache
 from pathlib import Path
 
@@ -31,16 +32,21 @@ def atomic_path(path: str | Path, durable: bool = True) -> Iterator[Path]:
     ``durable=False`` skips the fsyncs, for files that are cheap to remake (a cache entry)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = _temporary_name(path, f"{os.getpid()}-{secrets.token_hex(4)}")  # the pid alone repeats across containers sharing a folder
+    temporary = temporary_name(path)
     try:
         yield temporary
         if durable:
-            _fsync(temporary)
+            sync_to_disk(temporary)
         os.replace(temporary, path)
         if durable:
-            _fsync(path.parent)
+            sync_to_disk(path.parent)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def temporary_name(path: Path) -> Path:
+    """A fresh hidden name beside ``path`` for this process to write it under before the rename that puts it there."""
+    return _temporary_name(path, f"{os.getpid()}-{secrets.token_hex(4)}")  # the pid alone repeats across containers sharing a folder
 
 
 def _temporary_name(path: Path, writer: str) -> Path:
@@ -55,8 +61,24 @@ def temporary_files(path: str | Path, pid: int | None = None) -> list[Path]:
     return sorted(path.parent.glob(_temporary_name(path, "*" if pid is None else f"{pid}-*").name))
 
 
-def _fsync(path: Path) -> None:
-    """Flush ``path`` (a file or a folder) to the disk; whoever wrote it need not have kept it open."""
+_TEMPORARY_NAME = re.compile(r"\.(?P<stem>.+)\.\d+-[0-9a-f]{8}\.tmp(?P<suffix>.*)")  # what temporary_name writes
+
+
+def temporaries_in(folder: str | Path, names: Collection[str]) -> list[Path]:
+    """Temporary files in ``folder`` of atomic writes of the files ``names`` (names in the folder), by any process:
+    what :func:`temporary_files` lists for each, found in one listing of the folder (a folder of thousands of
+    images would be listed once per image)."""
+    found = []
+    for entry in Path(folder).iterdir():
+        match = _TEMPORARY_NAME.fullmatch(entry.name)
+        if match and match["stem"] + match["suffix"] in names:
+            found.append(entry)
+    return sorted(found)
+
+
+def sync_to_disk(path: str | Path) -> None:
+    """Flush ``path`` to the disk: a file's bytes, or a folder's renames and removals; whoever wrote it need not
+    have kept it open."""
     descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)

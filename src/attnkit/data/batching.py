@@ -125,7 +125,9 @@ def padded_collate(collate: Callable[[Sequence[Any]], Batch], multiple: int, tar
 class BatchLimit:
     """How large a training batch is: ``size`` examples, or, when ``tokens`` is set, as many examples as fit
     in ``tokens`` target tokens, padding included (the rows x the longest target, <bos> and <eos> counted),
-    as fairseq's ``--max-tokens`` and Joey NMT's ``batch_type: token`` cut them. ``tokens`` wins over ``size``."""
+    as fairseq's ``--max-tokens`` and Joey NMT's ``batch_type: token`` cut them. ``tokens`` wins over ``size``.
+    CUDA's padding to a multiple of 8 (:func:`length_multiple`) comes after the cut and is not counted: up to
+    7 columns a row more. Masked-LM pre-training counts its sentences' tokens (its targets; no <bos>/<eos>)."""
 
     size: int
     tokens: int = 0

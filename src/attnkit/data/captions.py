@@ -22,10 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnkit.data.folder import begin_dataset, check_split_listed, read_dataset_info, write_dataset_info
+from attnkit.data.folder import DatasetWrite, check_split_listed, read_dataset_info, writing_datasets
 from attnkit.data.images import require_files
 from attnkit.errors import UserError
-from attnkit.files import read_text_file, write_text_atomic
+from attnkit.files import read_text_file
 
 TASK = "captioning"
 
@@ -42,8 +42,10 @@ def write_caption_dataset(
     image_root: str | Path,
     language: str = "en",
     info: Mapping[str, object] | None = None,
+    into: DatasetWrite | None = None,
 ) -> Path:
-    """Write ``splits`` as a dataset folder; files appear whole or not at all, dataset.json last."""
+    """Write ``splits`` as a dataset folder: the old one stays whole until every new file is written, and
+    dataset.json comes last (:class:`~attnkit.data.folder.DatasetWrite`; ``into``: with a caller's files)."""
     folder = Path(folder)
     image_root = Path(image_root).resolve()
     for name, items in splits.items():  # all checked before the folder is touched: a bad path keeps the dataset there
@@ -52,25 +54,25 @@ def write_caption_dataset(
             if not image or image != image.strip() or any(c in image for c in "\t\r\n"):
                 raise UserError(f"split '{name}': image path {image!r} is empty, has surrounding spaces or a tab / line break")
     try:
-        begin_dataset(folder)
-        for name, items in splits.items():
-            lines = [f"{item.image}\t{_one_line(caption)}\n" for item in items for caption in item.captions]
-            write_text_atomic(folder / f"{name}.tsv", "".join(lines))
-        stored_root = str(image_root)  # absolute unless the two share a folder below the file system root
-        try:
-            if Path(os.path.commonpath([image_root, folder.resolve()])) != Path(image_root.anchor):
-                stored_root = os.path.relpath(image_root, folder.resolve())
-        except ValueError:  # another drive (Windows)
-            pass
-        meta = {
-            "task": TASK,
-            "language": language,
-            "image_root": stored_root,
-            "splits": {name: len(items) for name, items in splits.items()},
-            "captions": {name: sum(len(item.captions) for item in items) for name, items in splits.items()},
-            **(info or {}),
-        }
-        write_dataset_info(folder, meta)
+        with writing_datasets(into) as write:
+            for name, items in splits.items():
+                lines = [f"{item.image}\t{_one_line(caption)}\n" for item in items for caption in item.captions]
+                write.write_text(folder / f"{name}.tsv", "".join(lines))
+            stored_root = str(image_root)  # absolute unless the two share a folder below the file system root
+            try:
+                if Path(os.path.commonpath([image_root, folder.resolve()])) != Path(image_root.anchor):
+                    stored_root = os.path.relpath(image_root, folder.resolve())
+            except ValueError:  # another drive (Windows)
+                pass
+            meta = {
+                "task": TASK,
+                "language": language,
+                "image_root": stored_root,
+                "splits": {name: len(items) for name, items in splits.items()},
+                "captions": {name: sum(len(item.captions) for item in items) for name, items in splits.items()},
+                **(info or {}),
+            }
+            write.info(folder, meta)
     except OSError as error:
         raise UserError(f"cannot write the dataset folder {folder}: {error}") from None
     return folder

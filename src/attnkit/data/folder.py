@@ -2,22 +2,98 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+import os
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from attnkit.errors import UserError
-from attnkit.files import read_text_file, write_json_atomic
+from attnkit.files import read_text_file, sync_to_disk, temporaries_in, temporary_name, write_json_atomic
 
 INFO_FILE = "dataset.json"
 
 
-def begin_dataset(folder: Path) -> None:
-    """Before a writer writes a folder's first file: the folder made, and an earlier dataset.json removed. A write cut
-    short (Ctrl-C, a full disk) then leaves a folder no reader takes, never one whose new files sit beside the old
-    ones' under the old dataset.json (a new train.fr beside the old train.en would pair the wrong sentences)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / INFO_FILE).unlink(missing_ok=True)
+class DatasetWrite:
+    """The files of one or more dataset folders, written under hidden names beside the old ones and put in place
+    together when all are written (:func:`writing_datasets`).
+
+    A preparation cut short (Ctrl-C, a full disk, an error) leaves the folders as they were, the old dataset whole
+    and readable. Only the swap at the end (the old dataset.json files removed, one rename per file, the new ones
+    written) holds a folder that no reader takes, never one whose new files sit beside the old ones under the old
+    dataset.json (a new train.fr beside the old train.en would pair the wrong sentences). A preparation killed
+    outright (SIGKILL) leaves its hidden files; the next one of the same folder removes them after its swap."""
+
+    def __init__(self) -> None:
+        self._staged: list[tuple[Path, Path]] = []  # (hidden name, written whole; the name it takes at the swap)
+        self._infos: list[tuple[Path, Mapping[str, object]]] = []
+
+    def write_text(self, final: str | Path, text: str) -> None:
+        """``text`` (UTF-8) for the file that becomes ``final`` at the swap."""
+        with self._staging(final) as staged:
+            staged.write_text(text, encoding="utf-8")
+
+    def save_image(self, final: str | Path, image) -> None:
+        """A PIL image for the file ``final``, in the format its suffix names (the hidden name keeps the suffix)."""
+        with self._staging(final) as staged:
+            image.save(staged)
+
+    def info(self, folder: str | Path, info: Mapping[str, object]) -> None:
+        """``folder``'s dataset.json, written at the swap after every file; folders nested in another are given first."""
+        self._infos.append((Path(folder), dict(info)))
+
+    @contextlib.contextmanager
+    def _staging(self, final: str | Path) -> Iterator[Path]:
+        final = Path(final)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staged = temporary_name(final)
+        try:
+            yield staged
+            sync_to_disk(staged)  # its bytes on the disk before any rename can make it the dataset's
+        except BaseException:
+            staged.unlink(missing_ok=True)
+            raise
+        self._staged.append((staged, final))  # only a file written whole joins the swap
+
+    def _swap(self) -> None:
+        for folder, _ in reversed(self._infos):  # the outermost first: none of them is read while its files change
+            if (folder / INFO_FILE).exists():
+                (folder / INFO_FILE).unlink()
+                sync_to_disk(folder)  # the old dataset.json gone on the disk before any new file takes its name
+        written = defaultdict(set)
+        for staged, final in self._staged:
+            os.replace(staged, final)
+            written[final.parent].add(final.name)
+        for folder in written:
+            sync_to_disk(folder)
+        for folder, info in self._infos:
+            write_dataset_info(folder, info)
+            written[folder].add(INFO_FILE)
+        for folder, names in written.items():  # what a killed preparation left of these files; best effort
+            with contextlib.suppress(OSError):
+                for leftover in temporaries_in(folder, names):
+                    leftover.unlink(missing_ok=True)
+
+    def _discard(self) -> None:
+        for staged, _ in self._staged:
+            staged.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def writing_datasets(into: DatasetWrite | None = None) -> Iterator[DatasetWrite]:
+    """A :class:`DatasetWrite` whose files are put in place when the block ends without an error, and removed when
+    it ends with one. Given ``into`` (a write that a caller holds open), the files join that write instead and are
+    put in place with the caller's: one swap for a folder and the datasets nested in it."""
+    if into is not None:
+        yield into
+        return
+    write = DatasetWrite()
+    try:
+        yield write
+        write._swap()
+    finally:
+        write._discard()  # after a swap, nothing is left to remove
 
 
 def write_dataset_info(folder: Path, info: Mapping[str, object]) -> None:

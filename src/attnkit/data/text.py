@@ -19,26 +19,28 @@ from pathlib import Path
 import torch
 
 from attnkit.data.batching import Batch, batch_gold, pad_sequences
-from attnkit.data.folder import INFO_FILE, begin_dataset, check_split_listed, read_dataset_info, write_dataset_info
+from attnkit.data.folder import INFO_FILE, DatasetWrite, check_split_listed, read_dataset_info, writing_datasets
 from attnkit.errors import UserError
-from attnkit.files import read_text_file, write_text_atomic
+from attnkit.files import read_text_file
 
 def write_parallel_dataset(
     folder: str | Path,
     languages: tuple[str, str],
     splits: Mapping[str, Sequence[tuple[str, str]]],
     info: Mapping[str, object] | None = None,
+    into: DatasetWrite | None = None,
 ) -> Path:
-    """Write ``splits`` (name -> [(source, target), ...]) as a dataset folder; files appear whole or not at all."""
+    """Write ``splits`` (name -> [(source, target), ...]) as a dataset folder: the old one stays whole until every
+    new file is written (:class:`~attnkit.data.folder.DatasetWrite`; ``into``: with a caller's files)."""
     folder = Path(folder)
     meta = {"task": "translation", "languages": list(languages), "splits": {k: len(v) for k, v in splits.items()}, **(info or {})}
     try:
-        begin_dataset(folder)
-        for name, pairs in splits.items():
-            for side, lang in enumerate(languages):
-                lines = [pair[side].replace("\n", " ").strip() for pair in pairs]
-                write_text_atomic(folder / f"{name}.{lang}", "".join(line + "\n" for line in lines))
-        write_dataset_info(folder, meta)
+        with writing_datasets(into) as write:
+            for name, pairs in splits.items():
+                for side, lang in enumerate(languages):
+                    lines = [pair[side].replace("\n", " ").strip() for pair in pairs]
+                    write.write_text(folder / f"{name}.{lang}", "".join(line + "\n" for line in lines))
+            write.info(folder, meta)
     except OSError as error:
         raise UserError(f"cannot write the dataset folder {folder}: {error}") from None
     return folder
