@@ -74,6 +74,7 @@ class DatasetWrite:
             with contextlib.suppress(OSError):
                 for leftover in temporaries_in(folder, names):
                     leftover.unlink(missing_ok=True)
+        self._staged.clear()  # all in place: nothing left for _discard to remove
 
     def _discard(self) -> None:
         for staged, _ in self._staged:
@@ -93,7 +94,7 @@ def writing_datasets(into: DatasetWrite | None = None) -> Iterator[DatasetWrite]
         yield write
         write._swap()
     finally:
-        write._discard()  # after a swap, nothing is left to remove
+        write._discard()  # what a failed block or swap left staged
 
 
 def write_dataset_info(folder: Path, info: Mapping[str, object]) -> None:
