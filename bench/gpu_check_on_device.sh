@@ -20,8 +20,12 @@
 # TIME_TO_QUALITY=0: no time-to-quality run (a run the call's end would cut short measures nothing).
 # Whether train.compile pays (the training step four times a recipe: bf16 and fp32, eager and compiled), three
 # recipes a call:
-#   TIME_TO_QUALITY=0 GPU_CHECK_SECONDS=540 GPU_CHECK_EXTRA="--only environment,training --compile --limit-scale 1
+#   TIME_TO_QUALITY=0 GPU_CHECK_SECONDS=540 GPU_CHECK_EXTRA="--only environment,training --compile --limit-scale 0.75
 #       --recipes translation_transformer,captioning,multitask" bash bench/gpu_check_on_device.sh 582
+# Its step limits are 0.75 x (30 + 2.5 x 200) s = 398 s: the training step checks its deadline between epochs, so a
+# compiled variant's first epoch (the compiling) may run past it by a minute or two, inside the 540 s; each variant's
+# line is in gpu_smoke.log as it ends. One device call of this or of bench/captioning_on_device.sh fits a task's
+# 15 minutes of device time, not both.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deadline=$((SECONDS + ${1:-582}))
@@ -31,8 +35,8 @@ source bench/device_env.sh  # the carried wheels, and PYTHONPATH
 tokens=(--set train.batch_tokens=8500)  # the GPU recipe's batches: about 8 x the CPU recipes' 64 pairs (1,061 padded target tokens)
 recipes=translation_transformer,translation,captioning_transformer,multitask_transformer,captioning,multitask
 
-# Step limits 0.7 x (30 + 90 + 200) s = 224 s (five recipes' host syncs took 43 s on an H200); the outer
-# timeout only for a hang past them.
+# Step limits 0.7 x (30 + 90 + 200) s = 224 s without --compile (five recipes' host syncs took 43 s on an H200); the
+# outer timeout only for a hang past them.
 # shellcheck disable=SC2086  # the EXTRA variables hold several options
 timeout "${GPU_CHECK_SECONDS:-270}" python3 bench/gpu_smoke.py --out "$out" --only environment,host_syncs,training --recipes "$recipes" \
     --steps 100 --limit-scale 0.7 "${tokens[@]}" ${GPU_CHECK_EXTRA:-} >"$out/gpu_smoke.log" 2>&1

@@ -29,7 +29,9 @@ with its error and the next step runs. The steps:
    :class:`attnkit.precision.OperationCount`; not counted for a compiled model), which say what autocast adds.
    ``--set train.batch_tokens=N`` measures every recipe with token batches. With ``--compile`` each precision is
    measured again with ``train.compile`` (``bf16_compiled``, ``fp32_compiled``: the same seed and steps; the
-   compiling happens in the first epochs, the tokens/s are the last epoch's), which says whether compiling pays.
+   compiling happens in the first epoch, and ``tokens_per_s`` counts the epochs after it), which says whether
+   compiling pays. Each variant's result is also printed as one JSON line as it ends, so a call cut short inside
+   this step keeps the variants it finished.
 5. ``decoding``: per recipe, greedy and beam-5 decoding speed on one batch of its training data.
 6. ``round_trip``: ``attnkit train`` (tiny recipe, 2 epochs) -> ``--resume`` to 3 epochs ->
    ``attnkit evaluate`` on its best checkpoint, on the chosen device.
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import itertools
 import json
 import os
@@ -68,6 +71,7 @@ from attnkit.data.batching import BatchLimit
 from attnkit.data.scenes import write_scene_dataset
 from attnkit.distributed import Distributed, autocast, resolve_device
 from attnkit.errors import UserError, first_line, run_cli
+from attnkit.files import json_text
 from attnkit.host_reads import HostReads
 from attnkit.multitask import prepare_multitask
 from attnkit.precision import OperationCount, PrecisionProbe
@@ -125,7 +129,7 @@ class StepLog:
     def write(self, record: dict) -> None:
         self.steps[record["step"]] = record
         with self.path.open("a") as handle:
-            handle.write(json.dumps(record) + "\n")
+            handle.write(json_text(record) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
         print(f"[{record['step']}] {record['status']} in {record['seconds']} s" + (f": {record['error']}" if "error" in record else ""), flush=True)
@@ -213,24 +217,38 @@ def synchronise(device: torch.device) -> None:
 
 
 def train_for(trainer: Trainer, steps: int, deadline: float, min_epochs: int = 1) -> dict:
-    """Whole epochs until ``steps`` optimizer steps and ``min_epochs`` epochs (or the deadline): tokens/s and loss of
-    the last epoch, peak memory."""
+    """Whole epochs until ``steps`` optimizer steps and ``min_epochs`` epochs (or the deadline): the loss of the last
+    epoch, tokens/s (``tokens_per_s``: over every epoch after the first, whose time holds the loader's start, the
+    kernels' choice and any compiling; the first alone when it is the only one), peak memory."""
     device = trainer.device
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+        held_before = torch.cuda.memory_allocated(device)  # this model's weights and optimizer state, and anything else alive
     epoch, stats, started = 0, {}, time.perf_counter()
+    timed = {"tokens": 0.0, "seconds": 0.0, "steps": 0}  # the epochs after the first
     while (trainer.progress.step < steps or epoch < min_epochs) and time.perf_counter() < deadline:
         epoch += 1
-        stats = trainer.train_epoch(epoch)
+        steps_before, epoch_started = trainer.progress.step, time.perf_counter()
+        stats = trainer.train_epoch(epoch)  # it ends with the GPU's queue run (a synchronisation)
+        if epoch > 1:
+            seconds = time.perf_counter() - epoch_started
+            timed["tokens"] += stats["train_tokens_per_s"] * seconds  # its tokens (its rate over the time it measured, which ends microseconds before ours)
+            timed["seconds"] += seconds
+            timed["steps"] += trainer.progress.step - steps_before
     synchronise(device)
+    last_rate = stats.get("train_tokens_per_s")
+    timed_epochs = "epoch 2" if epoch == 2 else f"epochs 2-{epoch}"
     result = {
         "steps": trainer.progress.step, "epochs": epoch, "cut_by_deadline": trainer.progress.step < steps,
-        "tokens_per_s_last_epoch": stats.get("train_tokens_per_s"), "train_loss_last_epoch": stats.get("train_loss"),
+        "tokens_per_s": round(timed["tokens"] / timed["seconds"], 1) if timed["steps"] else last_rate,
+        "tokens_per_s_over": f"{timed_epochs}, {timed['steps']} steps" if timed["steps"] else "its only epoch",
+        "tokens_per_s_last_epoch": last_rate, "train_loss_last_epoch": stats.get("train_loss"),
         "seconds": round(time.perf_counter() - started, 1), "precision": str(trainer.dtype).removeprefix("torch."),
         "batches": str(BatchLimit.of(trainer.config)),
     }  # fmt: skip
     if device.type == "cuda":
         result["peak_memory_allocated_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
+        result["memory_allocated_before_gib"] = round(held_before / 2**30, 3)  # the peak's share that was there already
     if time.perf_counter() < deadline:
         result["kernel_share"] = kernel_share(trainer, 1 if device.type == "cpu" else 20)  # on a CPU a path check: parsing the profile costs seconds a step
     if trainer.config.compile:  # a part torch.compile could not trace whole ran eager: its speed is not compile's
@@ -243,11 +261,11 @@ def train_for(trainer: Trainer, steps: int, deadline: float, min_epochs: int = 1
 
 
 def speed_ratios(measured: dict[str, dict], mixed: str) -> dict[str, float]:
-    """Last-epoch tokens/s of one variant over another's, for each pair the check decides by: the mixed precision
-    over fp32 (eager, and compiled), and compiled over eager (each precision). A compiled variant whose steps fit in
-    one epoch has no ratio: that epoch's time is mostly compiling (a tiny CPU try-out read 0.014)."""
+    """tokens/s (``tokens_per_s``) of one variant over another's, for each pair the check decides by: the mixed
+    precision over fp32 (eager, and compiled), and compiled over eager (each precision). A compiled variant whose steps
+    fit in one epoch has no ratio: that epoch's time is mostly compiling (a tiny CPU try-out read 0.014)."""
     pairs = [(mixed, "fp32"), (f"{mixed}_compiled", "fp32_compiled"), (f"{mixed}_compiled", mixed), ("fp32_compiled", "fp32")]
-    speed = {name: run.get("tokens_per_s_last_epoch") for name, run in measured.items() if not run.get("last_epoch_compiled_the_parts")}
+    speed = {name: run.get("tokens_per_s") for name, run in measured.items() if not run.get("last_epoch_compiled_the_parts")}
     return {f"{a}/{b}": round(speed[a] / speed[b], 3) for a, b in pairs if speed.get(a) and speed.get(b)}
 
 
@@ -258,7 +276,10 @@ def kernel_share(trainer: Trainer, steps: int) -> float:
     from torch.profiler import ProfilerActivity, profile
 
     on_cuda = trainer.device.type == "cuda"
-    batches = itertools.islice(trainer.loader, steps)
+    # Epoch after epoch, so a recipe of few batches an epoch still gives ``steps``; one step first, untimed, so the
+    # loader's start is not counted as time without kernels
+    batches = itertools.islice(itertools.chain.from_iterable(itertools.repeat(trainer.loader)), steps + 1)
+    trainer.train_step(next(batches))
     synchronise(trainer.device)
     with profile(activities=[ProfilerActivity.CUDA if on_cuda else ProfilerActivity.CPU]) as profiler:
         started = time.perf_counter()
@@ -441,16 +462,25 @@ def main(argv=None) -> int:
             prepare, config = variants[precision][name]
             return build_trainer(f"{name}-{precision}", prepare, config, device, work)
 
-        trained: dict[str, tuple[Trainer, object]] = {}
+        trained: dict[str, tuple[Trainer, object]] = {}  # the mixed-precision models, for the decoding step
 
         def training(name: str, deadline: float) -> dict:
             result = {}
             for precision in variants:  # same seed, same steps: the losses compare
+                if time.perf_counter() > deadline:
+                    result[precision] = {"skipped": "the step's time ran out"}
+                    continue
                 trainer = trainer_for(name, precision)
                 # With --compile every variant runs two epochs at least: a compiled one's first holds the compiling
                 result[precision] = train_for(trainer, train_steps, deadline, min_epochs=2 if args.compile else 1)
-                if precision == args.precision:
+                # Each variant's line as it ends: a call cut short inside the step keeps the variants it finished
+                print(json_text({"step": "training", "recipe": name, "variant": precision, **result[precision]}), flush=True)
+                if precision == args.precision and "decoding" in steps:
                     trained[name] = (trainer, configs[precision][name][1].search)
+                del trainer  # its model and optimizer state, out of the next variant's peak memory
+                gc.collect()
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
             return {**result, "speed_ratios": speed_ratios(result, args.precision)}
 
         work_of = {

@@ -23,7 +23,14 @@ def test_the_gpu_check_runs_every_step_on_a_cpu_under_bf16(tmp_path, capsys, gpu
     assert gpu_smoke.main(["--device", "cpu", "--tiny", "--precision", "bf16", "--out", str(tmp_path), "--set", "train.batch_tokens=200"]) == 0
     steps = steps_of(tmp_path)
     assert list(steps) == list(gpu_smoke.STEPS)
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == steps  # the last stdout line holds them all
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert printed[-1]["steps"] == steps  # the last stdout line holds them all
+    # and each training variant's line came as it ended (a call cut short keeps them), the same as its part of the step
+    variants = {
+        (line["recipe"], line["variant"]): {key: value for key, value in line.items() if key not in ("step", "recipe", "variant")}
+        for line in printed[:-1] if line.get("step") == "training" and "variant" in line
+    }  # fmt: skip
+    assert variants == {(name, precision): steps["training"]["recipes"][name][precision] for name in gpu_smoke.RECIPES for precision in ("bf16", "fp32")}
     assert all(step["status"] == "ok" for step in steps.values()), {name: step.get("error") for name, step in steps.items()}
     assert {name: recipe["host_reads"] for name, recipe in steps["host_syncs"]["recipes"].items()} == dict.fromkeys(gpu_smoke.RECIPES, 0)
 
@@ -39,6 +46,7 @@ def test_the_gpu_check_runs_every_step_on_a_cpu_under_bf16(tmp_path, capsys, gpu
 
     for name, recipe in steps["training"]["recipes"].items():  # bf16 and fp32 from the same seed take the same steps
         assert recipe["bf16"]["steps"] == recipe["fp32"]["steps"] >= 2, name
+        assert all(recipe[precision]["tokens_per_s"] > 0 for precision in ("bf16", "fp32")), name
         assert recipe["bf16"]["train_loss_last_epoch"] == pytest.approx(recipe["fp32"]["train_loss_last_epoch"], abs=0.05), name
         # train_for measures kernel_share only in the step's time left: on a loaded machine it may run out first
         assert all("kernel_share" in recipe[precision] for precision in ("bf16", "fp32")), f"{name}: the training step's time limit ran out (a busy machine?)"
@@ -150,14 +158,16 @@ def test_compile_measures_each_precision_compiled_too(tmp_path, gpu_smoke, monke
             assert compiled["steps"] == eager["steps"] and compiled["train_loss_last_epoch"] == pytest.approx(eager["train_loss_last_epoch"], abs=1e-3), name
             assert compiled["compile_breaks"] == [] and "compile_breaks" not in eager, name  # every part traced whole
         assert set(recipe["speed_ratios"]) == {"bf16/fp32", "bf16_compiled/fp32_compiled", "bf16_compiled/bf16", "fp32_compiled/fp32"}, name
-        assert recipe["speed_ratios"]["fp32_compiled/fp32"] == round(recipe["fp32_compiled"]["tokens_per_s_last_epoch"] / recipe["fp32"]["tokens_per_s_last_epoch"], 3)
+        assert recipe["speed_ratios"]["fp32_compiled/fp32"] == round(recipe["fp32_compiled"]["tokens_per_s"] / recipe["fp32"]["tokens_per_s"], 3)
+        # the compiled variants' speed leaves out their first epoch, which held the compiling
+        assert all(recipe[f"{p}_compiled"]["tokens_per_s_over"].startswith("epoch") for p in ("bf16", "fp32")), name
 
 
 def test_a_compiled_variant_of_one_epoch_gives_no_speed_ratio(gpu_smoke):
     """Its one epoch held the compiling: a tiny try-out read compiled bf16 at 0.014 of eager."""
     measured = {
-        "bf16": {"tokens_per_s_last_epoch": 5000.0}, "fp32": {"tokens_per_s_last_epoch": 4000.0},
-        "bf16_compiled": {"tokens_per_s_last_epoch": 70.7, "last_epoch_compiled_the_parts": True},
-        "fp32_compiled": {"tokens_per_s_last_epoch": 4400.0},
+        "bf16": {"tokens_per_s": 5000.0}, "fp32": {"tokens_per_s": 4000.0},
+        "bf16_compiled": {"tokens_per_s": 70.7, "last_epoch_compiled_the_parts": True},
+        "fp32_compiled": {"tokens_per_s": 4400.0},
     }  # fmt: skip
     assert gpu_smoke.speed_ratios(measured, "bf16") == {"bf16/fp32": 1.25, "fp32_compiled/fp32": 1.1}
