@@ -171,3 +171,30 @@ def test_a_compiled_variant_of_one_epoch_gives_no_speed_ratio(gpu_smoke):
         "fp32_compiled": {"tokens_per_s": 4400.0},
     }  # fmt: skip
     assert gpu_smoke.speed_ratios(measured, "bf16") == {"bf16/fp32": 1.25, "fp32_compiled/fp32": 1.1}
+
+
+def test_a_variant_s_speed_leaves_out_its_first_epoch(gpu_smoke, monkeypatch):
+    """The first epoch holds the loader's start, the kernels' choice and any compiling: ``tokens_per_s`` counts the
+    epochs after it (``tokens_per_s_last_epoch`` stays the last one's), and a run of one epoch says so."""
+    from types import SimpleNamespace
+
+    class Trainer:  # three steps an epoch, 10 tokens/s in the first epoch, then 100 and 120
+        device, dtype = torch.device("cpu"), torch.float32
+        config = SimpleNamespace(batch_size=64, batch_tokens=None, compile=False)
+
+        def __init__(self):
+            self.progress = SimpleNamespace(step=0)
+
+        def train_epoch(self, epoch):
+            self.progress.step += 3
+            return {"train_tokens_per_s": {1: 10.0, 2: 100.0}.get(epoch, 120.0), "train_loss": 1.0}
+
+    monkeypatch.setattr(gpu_smoke, "kernel_share", lambda trainer, steps: 1.0)
+    monkeypatch.setattr(gpu_smoke, "operations_per_step", lambda trainer: {})
+    far = float("inf")
+    two = gpu_smoke.train_for(Trainer(), steps=6, deadline=far)
+    assert two["tokens_per_s"] == 100.0 and two["tokens_per_s_over"] == "epoch 2, 3 steps" and two["tokens_per_s_last_epoch"] == 100.0
+    three = gpu_smoke.train_for(Trainer(), steps=9, deadline=far)
+    assert 100.0 <= three["tokens_per_s"] <= 120.0 and three["tokens_per_s_over"] == "epochs 2-3, 6 steps"  # the two epochs' tokens over their time
+    one = gpu_smoke.train_for(Trainer(), steps=3, deadline=far)
+    assert one["tokens_per_s"] == 10.0 and one["tokens_per_s_over"] == "its only epoch"
