@@ -93,6 +93,7 @@ RECIPES = ("translation", "captioning", "multitask", "translation_transformer", 
 STEPS = ("environment", "precision", "host_syncs", "training", "decoding", "round_trip", "pixels")
 # Seconds each step may take on the GPU (the whole check must fit one 10-minute device call with room to spare).
 LIMITS = {"environment": 30, "precision": 60, "host_syncs": 90, "training": 200, "decoding": 60, "round_trip": 90, "pixels": 60}
+OUT_OF_TIME = {"skipped": "the step's time ran out"}  # a recipe, or a variant, that would start past its step's deadline
 # The modules whose operations the precision step attributes, where a model has them.
 PARTS = ("text_encoder", "image_encoder", "encoders.text", "encoders.image", "decoder", "decoder.rnn", "decoder.attention", "decoder.readout", "decoder.output")
 
@@ -450,7 +451,7 @@ def main(argv=None) -> int:
             results = {}
             for name in chosen:
                 if time.perf_counter() > deadline:
-                    results[name] = {"skipped": "the step's time ran out"}
+                    results[name] = dict(OUT_OF_TIME)
                     continue
                 try:
                     results[name] = measure(name, deadline)
@@ -468,7 +469,7 @@ def main(argv=None) -> int:
             result = {}
             for precision in variants:  # same seed, same steps: the losses compare
                 if time.perf_counter() > deadline:
-                    result[precision] = {"skipped": "the step's time ran out"}
+                    result[precision] = dict(OUT_OF_TIME)
                     continue
                 trainer = trainer_for(name, precision)
                 # With --compile every variant runs two epochs at least: a compiled one's first holds the compiling
