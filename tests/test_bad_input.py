@@ -365,3 +365,13 @@ def test_a_closed_stdout_stops_reading_and_is_left_to_run_cli(checkpoint, monkey
     with pytest.raises(BrokenPipeError):  # not caught, not turned into an error message: run_cli exits quietly on it
         translate.main(["--checkpoint", checkpoint, "--batch-size", "8"])
     assert stdin.read == 8  # it stopped after the first batch
+
+
+def test_the_library_widens_the_checkpoint_s_beam_to_n_best_as_the_commands_do(checkpoint):
+    """Translator.translate(n_best=K) past the checkpoint's beam was a bare ValueError from beam_search; the commands
+    widen the beam to --n-best (cli.beam_for), and so does the library now."""
+    translator = Translator.from_checkpoint(checkpoint, device="cpu")
+    k = translator.search.beam_size + 1
+    (outputs,) = translator.translate(sentences(1), n_best=k)
+    explicit = translator.translate(sentences(1), beam_size=k, n_best=k)[0]
+    assert len(outputs) == k and [(t.text, t.score) for t in outputs] == [(t.text, t.score) for t in explicit]

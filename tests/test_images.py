@@ -119,3 +119,15 @@ def test_a_photo_is_read_upright_as_its_exif_orientation_says(tmp_path):
     upright = np.asarray(open_rgb(tmp_path / "turned.png"))
     assert upright.shape == (80, 40, 3) and upright[:40].min() == 255 and upright[40:].max() == 0  # the white half on top
     assert np.array_equal(np.asarray(open_rgb(tmp_path / "plain.png")), pixels)
+
+
+def test_a_postscript_file_is_refused_before_pillow_would_hand_it_to_ghostscript():
+    """Pillow opens an EPS file by running Ghostscript on it (no time limit): uploads and photo files are read in the
+    photo formats only."""
+    import io
+
+    eps = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\n{} loop\n"
+    with Image.open(io.BytesIO(eps)) as opened:  # what Image.open alone makes of it
+        assert opened.format == "EPS"
+    with pytest.raises(ImageError, match="upload.eps: not an image file in a format read here"):
+        images.rgb_from_bytes(eps, "upload.eps")

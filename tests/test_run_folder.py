@@ -204,6 +204,28 @@ def test_rewinding_with_overwrite_rewrites_the_log_to_the_resumed_epoch(toy_data
     assert logged_epochs(tmp_path) == [1, 2, 3]
 
 
+def test_rewinding_with_overwrite_keeps_the_run_s_own_epoch_checkpoints_up_to_the_epoch_resumed(toy_data, tmp_path):
+    """A rewind (--overwrite of the folder's own run, from an earlier epoch) removed every epoch-<k>.pt: those up to
+    the epoch resumed hold the same weights as before (what attnkit average reads); only the later ones go."""
+    lines = []
+    train_translation(toy_config(toy_data, tmp_path, "train.epochs=2", "train.valid_max_examples=8", "train.patience=0", "train.keep_epochs=5"), **QUIET)
+    first = load_checkpoint(tmp_path / "last.pt")
+    train_translation(resumed_config(first, "train.epochs=4"), resume=first, **QUIET)
+    before = {k: (tmp_path / f"epoch-{k}.pt").read_bytes() for k in (1, 2)}
+    assert sorted(RunFolder(tmp_path).epoch_checkpoints()) == [1, 2, 3, 4]
+    train_translation(resumed_config(first, "train.epochs=3"), resume=first, overwrite=True, progress_bar=False, log=lines.append)
+    assert sorted(RunFolder(tmp_path).epoch_checkpoints()) == [1, 2, 3]  # epoch 3 trained again; epoch 4's went
+    assert all((tmp_path / f"epoch-{k}.pt").read_bytes() == before[k] for k in (1, 2))
+    (removed,) = [line for line in lines if line.startswith("--overwrite: removed")]
+    assert "epoch-3.pt" in removed and "epoch-4.pt" in removed and "epoch-1.pt" not in removed and "epoch-2.pt" not in removed
+
+
+def test_overwriting_another_run_still_removes_all_its_epoch_checkpoints(toy_data, tmp_path):
+    train_translation(toy_config(toy_data, tmp_path, "train.epochs=2", "train.valid_max_examples=8", "train.keep_epochs=5"), **QUIET)
+    train_translation(toy_config(toy_data, tmp_path, "train.epochs=1", "train.valid_max_examples=8", "train.keep_epochs=5", "train.seed=3"), overwrite=True, **QUIET)
+    assert sorted(RunFolder(tmp_path).epoch_checkpoints()) == [1]
+
+
 def test_a_kill_while_rewinding_with_overwrite_leaves_a_run_to_resume(toy_data, tmp_path, monkeypatch):
     """--overwrite removed last.pt and best.pt (the checkpoint being resumed among them) before it wrote the resumed
     state: a kill in between left no checkpoint at all."""

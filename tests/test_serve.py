@@ -24,7 +24,7 @@ from attnkit.config import load_config
 from attnkit.data.scenes import generate_scenes, write_scene_dataset
 from attnkit.errors import run_cli
 from attnkit.multitask import train_multitask
-from attnkit.serve import Models, TryPage, form_fields, make_server, size_text
+from attnkit.serve import BadRequest, Models, TryPage, form_fields, make_server, size_text
 
 BOUNDARY = "attnkit-test-boundary"
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +65,9 @@ def serving(models):
     for server in servers:
         server.shutdown()
         server.server_close()
+
+
+EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\n{} loop\n"  # Pillow's EPS reader would run it in Ghostscript
 
 
 def scene_png() -> tuple[bytes, str]:
@@ -125,8 +128,10 @@ def test_caption_words_a_separate_translator_lacks_are_said_on_the_page(serving,
         (dict(photo="scene"), dict(max_pixels=1000), 400, "64x64 pixels is over the limit of 1,000"),
         (dict(sentence="   "), {}, 400, "drop a photo or type a sentence"),
         (dict(sentence="zzz qqq xxyy"), {}, 400, "the sentence:"),
+        (dict(photo=EPS), {}, 400, "not an image file in a format read here"),  # never handed to Ghostscript
+        (dict(sentence="un " + "x" * 6_000), {}, 400, "the sentence is 6,003 characters long"),
     ],
-    ids=["not-an-image", "empty-photo", "too-large", "too-many-pixels", "empty-text", "unknown-words"],
+    ids=["not-an-image", "empty-photo", "too-large", "too-many-pixels", "empty-text", "unknown-words", "postscript", "long-sentence"],
 )
 def test_each_bad_upload_gets_its_message_and_the_server_stays_up(serving, upload, options, status, message):
     url = serving(**options)
@@ -408,3 +413,48 @@ def test_many_large_photos_at_once_stay_within_one_requests_memory(joint, bench)
     load = result["loads"]["pixels"]
     assert load["statuses"] == [200] * clients
     assert load["rise_mb"] < 2.4 * one_photo_mb < clients * one_photo_mb  # one request's work at a time, not six
+
+
+def test_a_url_encoded_form_has_the_multipart_form_s_field_limit():
+    """parse_qs splits every field at once: 6 million empty fields in a 20 MB body had cost about 1 GB."""
+    assert form_fields("application/x-www-form-urlencoded", b"sentence=un+cercle+rouge&photo=") == {"sentence": (b"un cercle rouge", None), "photo": (b"", None)}
+    with pytest.raises(BadRequest, match="more than 16 fields"):
+        form_fields("application/x-www-form-urlencoded", b"a=&" * 20)
+
+
+def test_a_body_trickled_in_is_cut_once_it_falls_behind_the_pace(models):
+    """A client that declared 1 MB and sends a byte every 0.2 s kept its place until the declared length's time
+    (10 s at 100 kB/s) had passed; the pace is checked at every chunk past the timeout now."""
+    server = make_server(TryPage(models), "127.0.0.1", 0, timeout=1.0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=30) as connection:
+            connection.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 1000000\r\n\r\n")
+            started = time.perf_counter()
+            connection.setblocking(False)
+            answer = b""
+            while not answer and time.perf_counter() - started < 15:
+                with contextlib.suppress(BlockingIOError, InterruptedError, BrokenPipeError, ConnectionResetError):
+                    connection.send(b"x")
+                time.sleep(0.2)
+                with contextlib.suppress(BlockingIOError):
+                    answer = connection.recv(100)
+            assert answer.startswith(b"HTTP/1.0 408") and time.perf_counter() - started < 5, (answer, time.perf_counter() - started)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_request_log_escapes_control_characters(models):
+    """A request line is the client's text: its escape sequences reach the log as text, not as the terminal's commands."""
+    lines = []
+    server = make_server(TryPage(models), "127.0.0.1", 0, log=lines.append)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        raw_exchange("http://127.0.0.1:{}/".format(server.server_address[1]), b"GET /\x1b]0;owned\x07\x1b[2J HTTP/1.0\r\n\r\n")
+        time.sleep(0.2)
+    finally:
+        server.shutdown()
+        server.server_close()
+    logged = "\n".join(lines)
+    assert "owned" in logged and "\x1b" not in logged and "\x07" not in logged and "\\x1b" in logged, logged

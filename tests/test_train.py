@@ -3,6 +3,7 @@
 import copy
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch
 from attnkit.checkpoint import load_checkpoint
 from attnkit.config import ExperimentConfig, apply_overrides, from_dict, load_config, to_dict
 from attnkit.data.text import read_parallel
+from attnkit.train import GPU_VARIANTS, gpu_variant_note
 from attnkit.translation import Translator, train_translation
 from attnkit.errors import UserError
 from attnkit.distributed import resolve_device, resolve_precision
@@ -444,3 +446,39 @@ def test_a_frozen_encoder_s_gradients_do_not_shrink_the_clipped_steps_of_the_res
     trainer.train_step(next(iter(trainer.loader)))
     assert torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in rest])).item() == pytest.approx(0.001, rel=1e-3)
     assert torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in encoder])).item() > 0.001  # measured, left unclipped
+
+
+RECIPES = Path(__file__).resolve().parents[1] / "tasks" / "configs"
+
+
+@pytest.mark.parametrize("recipe", sorted(GPU_VARIANTS))
+def test_a_cpu_recipe_started_on_a_gpu_names_its_gpu_variant(recipe):
+    """Only a new run on CUDA of a recipe that batches by examples hears of the variant; the file it names exists and
+    is that recipe's (tests/test_config.py checks it changes the schedule only)."""
+    config = load_config(RECIPES / f"{recipe}.yaml")
+    variant = GPU_VARIANTS[recipe]
+    assert load_config(RECIPES / f"{variant}.yaml").name == variant
+    note = gpu_variant_note(torch.device("cuda"), config, resuming=False)
+    assert note is not None and f"tasks/configs/{variant}.yaml" in note and f"batches {config.train.batch_size} examples" in note
+    assert gpu_variant_note(torch.device("cpu"), config, resuming=False) is None
+    assert gpu_variant_note(torch.device("cuda"), config, resuming=True) is None  # a run keeps its batches
+    by_tokens = load_config(RECIPES / f"{recipe}.yaml", ["train.batch_tokens=8500"])
+    assert gpu_variant_note(torch.device("cuda", 0), by_tokens, resuming=False) is None
+    assert gpu_variant_note(torch.device("cuda"), load_config(RECIPES / f"{variant}.yaml"), resuming=False) is None
+
+
+def test_the_captioning_recipe_names_no_gpu_variant():
+    """flickr8k_gpu.yaml scored under flickr8k.yaml on test after SCST: the note must not send a GPU user to it."""
+    assert gpu_variant_note(torch.device("cuda"), load_config(RECIPES / "flickr8k.yaml"), resuming=False) is None
+
+
+def test_a_new_run_says_the_gpu_note_beside_its_device_line(toy_data, tmp_path, monkeypatch):
+    """train_recipe asks for the note with the run's own device and says it among its first lines (CUDA itself is
+    faked at the note: the run trains on the CPU)."""
+    import attnkit.train as train_module
+
+    asked = []
+    monkeypatch.setattr(train_module, "gpu_variant_note", lambda device, config, resuming: asked.append((device.type, resuming)) or "note: the GPU variant")
+    lines = []
+    train_translation(toy_config(toy_data, tmp_path, "train.epochs=1"), progress_bar=False, log=lines.append)
+    assert asked == [("cpu", False)] and "note: the GPU variant" in lines[:3], lines[:3]

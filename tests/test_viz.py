@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from attnkit import viz
-from attnkit.viz import attention_maps, display_image, distinct_views, overlays, plot_image_attention
+from attnkit.viz import attention_maps, display_image, distinct_views, overlays, plot_attention_matrix, plot_image_attention
 
 
 def test_overlay_has_one_panel_per_word_and_the_input(tmp_path, monkeypatch):
@@ -123,3 +123,13 @@ def test_a_histogram_counts_values_beyond_its_range_in_its_end_bins_and_says_so(
     assert "2 beyond the axis" in axis.get_xlabel()
     viz.plot_distributions({"peak": {"image": [0.2, 0.9]}}, tmp_path / "e.png")
     assert figures[1].axes[0].get_xlabel() == "peak"
+
+
+def test_a_long_source_word_is_drawn_as_a_short_label(tmp_path):
+    """Source words are the user's text: a word of a million characters is laid out as 30, not glyph by glyph."""
+    from attnkit.viz import LABEL_CHARACTERS, _labels
+
+    assert _labels(["un", "x" * LABEL_CHARACTERS, "y" * 1_000_000]) == ["un", "x" * LABEL_CHARACTERS, "y" * (LABEL_CHARACTERS - 1) + "\u2026"]
+    started = time.perf_counter()
+    plot_attention_matrix(torch.full((2, 2), 0.5), ["un", "y" * 1_000_000], ["a", "<eos>"], tmp_path / "long.png")
+    assert time.perf_counter() - started < 20 and (tmp_path / "long.png").stat().st_size < 200_000

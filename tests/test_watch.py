@@ -113,3 +113,17 @@ def test_scalars_take_every_number_of_an_epoch_s_record_and_nothing_else():
 def test_an_objective_s_own_statistics_become_scalars_and_a_missing_perplexity_is_left_out():
     record = {"epoch": 1, "step": 5, "train_loss": 1.2, "train_tokens_per_s": 800.0, "lr": 5e-05, "train_statistics": {"reward": 0.44}, "valid": {"cider_d": 49.7}}
     assert scalars(record) == {"train/loss": 1.2, "train/tokens_per_s": 800.0, "train/learning_rate": 5e-05, "train/reward": 0.44, "valid/cider_d": 49.7}
+
+
+def test_a_rewind_with_overwrite_keeps_the_events_of_the_epochs_it_keeps(toy_data, tmp_path):
+    """--overwrite from an earlier checkpoint of the folder's own run removed all its events: those of the epochs up
+    to the one resumed stay, and the redone epochs show once (the writer's purge_step)."""
+    from attnkit.checkpoint import load_checkpoint
+
+    run = tmp_path / "run"
+    train_translation(load_config(None, [f"data.path={toy_data}", f"output_dir={run}", "train.epochs=2", *TINY]), progress_bar=False, log=lambda _: None)
+    first = load_checkpoint(run / "last.pt")
+    more = load_config(None, [f"data.path={toy_data}", f"output_dir={run}", "train.epochs=3", *TINY])
+    train_translation(more, resume=first, progress_bar=False, log=lambda _: None)
+    train_translation(more, resume=first, overwrite=True, progress_bar=False, log=lambda _: None)  # epoch 3 again
+    assert [event.step for event in read_events(run).Scalars("train/loss")] == [1, 2, 3]

@@ -230,10 +230,11 @@ class Captioner:
     @torch.no_grad()
     def caption(self, images: Sequence[ImageInput], beam_size: int | None = None, batch_size: int = 32, n_best: int = 1) -> list[list[Caption]]:
         """The ``n_best`` captions of each image (a file path or a PIL image), in input order; an unreadable
-        image gets one Caption with ``error``."""
+        image gets one Caption with ``error``. With no ``beam_size``, the checkpoint's beam is widened to ``n_best``."""
         results: list[list[Caption] | None] = [None] * len(images)
         vocab = self.pipeline.vocab
-        vocab.check_beam(beam_size or self.search.beam_size)
+        beam_size = beam_size or max(self.search.beam_size, n_best)
+        vocab.check_beam(beam_size)
         for start in range(0, len(images), batch_size):
             chunk = list(range(start, min(start + batch_size, len(images))))
             try:

@@ -173,12 +173,15 @@ class RunFolder:
         for _, path in epochs[: max(len(epochs) - count, 0)]:
             path.unlink(missing_ok=True)
 
-    def remove_run_files(self, keep: Collection[str] = ()) -> list[Path]:
+    def remove_run_files(self, keep: Collection[str] = (), rewound_to: int | None = None) -> list[Path]:
         """``--overwrite``: remove the run's own files (never anything else in the folder), but those named in ``keep``
-        (already rewritten for the new run); returns what was removed."""
+        (already rewritten for the new run); returns what was removed. ``rewound_to``: the folder's own run goes on
+        from that epoch again, so its epoch checkpoints up to it stay (the same weights, e.g. for ``attnkit average``),
+        and so do its TensorBoard events (the writer drops those of the epochs redone: ``purge_step``)."""
         removed = []
-        events = sorted((self.path / TENSORBOARD).glob(EVENT_FILES))
-        for path in [*(self.path / name for name in RUN_FILES), *self.epoch_checkpoints().values(), *events]:
+        events = sorted((self.path / TENSORBOARD).glob(EVENT_FILES)) if rewound_to is None else []
+        epochs = [path for epoch, path in self.epoch_checkpoints().items() if rewound_to is None or epoch > rewound_to]
+        for path in [*(self.path / name for name in RUN_FILES), *epochs, *events]:
             if path.is_file() and path.name not in keep:
                 path.unlink()
                 removed.append(path)

@@ -289,8 +289,9 @@ def search(
 ) -> list[list[Hypothesis]]:
     """The ``n_best`` hypotheses of every example as ``config`` (a SearchConfig) says: greedy for beam 1, else beam search.
     ``never``: ids no output may hold (<pad>, <bos>: an untrained model may rank them first, and an output word
-    that is none would leave an attention row without its word)."""
-    beam = beam_size or config.beam_size
+    that is none would leave an attention row without its word). With no ``beam_size``, the config's beam is widened
+    to ``n_best`` (a beam of K keeps at most K outputs), as the commands' ``--n-best`` widens it."""
+    beam = beam_size or max(config.beam_size, n_best)
     limits = max_steps(encoded, config.max_length_ratio, config.max_length_offset)
     if beam == 1 and n_best == 1:
         return [[h] for h in greedy_search(decoder, encoded, bos, eos, limits, config.length_penalty, never)]

@@ -48,6 +48,7 @@ SPOOL_IN_MEMORY = 1 << 20  # a waiting body's bytes kept in memory; the rest wai
 CHUNK_BYTES = 1 << 16
 LINGER_SECONDS = 2.0  # after a refusal, what the client still sends is read away this long before the close
 MAX_PARTS, MAX_PART_HEADER_BYTES = 16, 16_384  # the page's form has two parts with a line of header each
+MAX_SENTENCE_CHARACTERS = 5_000  # a paragraph; a translator reads its first data.max_source_length words of it
 BUSY_TEXT = b"The page is busy: try again in a moment.\n"
 BUSY_ANSWER = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: 5\r\n"
@@ -125,8 +126,10 @@ def form_fields(content_type: str, body: bytes) -> dict[str, tuple[bytes, str | 
     """A POSTed form's fields: name -> (bytes, the file name for an upload)."""
     kind = content_type.split(";")[0].strip().lower()
     if kind == "application/x-www-form-urlencoded":
+        if body.count(b"&") >= MAX_PARTS:  # as a multipart form's parts: 6 million empty fields in 20 MB cost about 1 GB
+            raise BadRequest(f"the form has more than {MAX_PARTS} fields (the page's form has two)")
         try:
-            found = parse_qs(body.decode("ascii"), keep_blank_values=True, strict_parsing=False, encoding="utf-8", errors="strict")
+            found = parse_qs(body.decode("ascii"), keep_blank_values=True, strict_parsing=False, encoding="utf-8", errors="strict", max_num_fields=MAX_PARTS)
         except (UnicodeDecodeError, ValueError):
             raise BadRequest("the form is not valid URL-encoded UTF-8") from None
         return {name: (values[0].encode("utf-8"), None) for name, values in found.items()}
@@ -248,6 +251,8 @@ class TryPage:
             raise BadRequest("the sentence is not UTF-8 text") from None
         if not photo and not sentence:
             raise BadRequest("drop a photo or type a sentence (or both)")
+        if len(sentence) > MAX_SENTENCE_CHARACTERS:  # split into words and each word drawn as typed: megabytes of it hold the worker
+            raise BadRequest(f"the sentence is {len(sentence):,} characters long, over the page's {MAX_SENTENCE_CHARACTERS:,}")
         if photo and self.models.captioner is None:
             raise BadRequest("this model does not caption photos (it has no image encoder)")
         if sentence and self.models.translator is None:
@@ -352,7 +357,8 @@ def make_server(
                 self.close_connection = True
 
         def log_message(self, format: str, *args) -> None:  # noqa: A002  (BaseHTTPRequestHandler's name)
-            say(f"{self.address_string()} {format % args}")
+            # A request line is the client's text: its escape sequences would retitle or clear the operator's terminal.
+            say(f"{self.address_string()} {(format % args).translate(self._control_char_table)}")
 
         def _send(self, status: int, document: str) -> None:
             body = document.encode("utf-8")
@@ -424,17 +430,20 @@ def make_server(
             self._send(status, document)
 
         def _receive(self, length: int, into: BinaryIO) -> bool:
-            """Copy ``length`` bytes of body into ``into`` a chunk at a time; False if the client ends early or is too slow."""
-            deadline = time.monotonic() + max(timeout, length / MIN_UPLOAD_BYTES_PER_S)
-            while length > 0:
+            """Copy ``length`` bytes of body into ``into`` a chunk at a time; False if the client ends early or is too
+            slow: past the first ``timeout`` seconds the body must have come at ``MIN_UPLOAD_BYTES_PER_S`` on average,
+            checked at every chunk (a client that declares 20 MB and sends a byte every 25 s is cut after 30 s, not 200)."""
+            start = time.monotonic()
+            received = 0
+            while received < length:
                 try:
-                    chunk = self.rfile.read1(min(length, CHUNK_BYTES))
+                    chunk = self.rfile.read1(min(length - received, CHUNK_BYTES))
                 except TimeoutError:  # silent for the whole timeout
                     return False
-                if not chunk or time.monotonic() > deadline:
+                if not chunk or received + len(chunk) < (time.monotonic() - start - timeout) * MIN_UPLOAD_BYTES_PER_S:
                     return False
                 into.write(chunk)
-                length -= len(chunk)
+                received += len(chunk)
             return True
 
         def _discard(self, length: int) -> None:

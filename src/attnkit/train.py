@@ -509,6 +509,29 @@ class TaskSetup:
 Prepare = Callable[[ExperimentConfig, "Checkpoint | None", RunContext], TaskSetup]
 
 
+# Recipes sized for two CPU cores whose GPU variant (tasks/configs/<variant>.yaml: the same model and data on batches
+# by tokens, the learning rate scaled) scored the recipe's quality (BENCHMARKS.md, issue 47). flickr8k_gpu.yaml is
+# not here: after self-critical training it scored under flickr8k.yaml on test, which stays the captioning recipe.
+GPU_VARIANTS = {
+    "multi30k_de_en_transformer": "multi30k_de_en_transformer_gpu",
+    "multi30k_de_en_subword": "multi30k_de_en_subword_gpu",
+}
+
+
+def gpu_variant_note(device: torch.device, config: ExperimentConfig, resuming: bool) -> str | None:
+    """The line said when a recipe made for two CPU cores starts on a GPU and has a GPU variant: its batches of
+    64 examples leave a GPU mostly idle (a step is a few milliseconds of kernel launches). Not for a resumed run
+    (its batches are the run's) or one that already batches by tokens."""
+    variant = GPU_VARIANTS.get(config.name)
+    if device.type != "cuda" or variant is None or resuming or config.train.batch_tokens:
+        return None
+    return (
+        f"note: {config.name} batches {config.train.batch_size} examples, sized for two CPU cores; on a GPU its steps are "
+        f"mostly kernel launches. tasks/configs/{variant}.yaml is its GPU variant: the same model and data on batches "
+        "by tokens, the learning rate scaled (docs/scaling.md), at the recipe's quality (BENCHMARKS.md)"
+    )
+
+
 def too_few_examples(count: int, processes: int, what: str = "training examples") -> str:
     """The message for a training set that cannot give each of ``processes`` an example."""
     if count == 0:
@@ -544,6 +567,8 @@ def train_recipe(
         threads = choose_threads(config.train.threads, distributed.local_world_size)
         torch.set_num_threads(threads)
         log(f"{config.task} on {device}" + (f", rank 0 of {distributed.world_size}" if distributed.enabled else "") + f", {threads} CPU thread(s), batches of {BatchLimit.of(config.train)}")
+        if note := gpu_variant_note(device, config, resuming=resume is not None):
+            log(note)
         folder = RunFolder(config.run_dir)
         distributed.on_main(lambda: check_run_folder(folder, resume, overwrite))
         torch.manual_seed(config.train.seed)  # the same initial weights on every rank
@@ -628,6 +653,8 @@ def _claim(held: contextlib.ExitStack, folder: RunFolder, trainer: Trainer, resu
     held.enter_context(folder.claim())
     check_run_folder(folder, resume, overwrite)  # again under the lock: another process may have started a run meanwhile
     replacing = overwrite and folder.holds_checkpoints() and not _continues(folder, resume)
+    # A rewind: the folder's own run (its last.pt's run_id) goes on from an earlier epoch of its own
+    rewinding = replacing and resume is not None and bool(run := _standing(folder).get("run_id")) and run == _progress(resume).get("run_id")
     settings_changed = resume is not None and resume.config != trainer.contents.config
     if settings_changed:  # --set on a resume (more epochs, another rate): config.yaml and every later checkpoint hold them
         resume = replace(resume, config=trainer.contents.config)  # so does the last.pt below: a kill before the epoch ends keeps them
@@ -642,7 +669,7 @@ def _claim(held: contextlib.ExitStack, folder: RunFolder, trainer: Trainer, resu
         save_checkpoint(folder.path / "last.pt", resume)
     if replacing:
         kept = [] if resume is None else ["last.pt", "config.yaml", "log.jsonl", *(["best.pt"] if _best_of(folder) == _best_of_progress(resume) else [])]
-        removed = folder.remove_run_files(keep=kept)
+        removed = folder.remove_run_files(keep=kept, rewound_to=_progress(resume).get("epoch", 0) if rewinding else None)
         log(f"--overwrite: removed {', '.join(path.name for path in removed) or 'nothing else'} of the previous run in {folder.path}")
     save_config(config, folder.path / "config.yaml")
     if resume is not None:
@@ -690,13 +717,21 @@ def _best_of(folder: RunFolder) -> tuple[str | None, int | None]:
     return standing.get("run_id"), standing.get("epoch")
 
 
+def _standing(folder: RunFolder) -> dict[str, Any]:
+    """The progress of the folder's last.pt; empty when it has none or a damaged one (nothing to continue)."""
+    try:
+        return folder.standing_progress()
+    except UserError:
+        return {}
+
+
+def _progress(checkpoint: Checkpoint) -> dict[str, Any]:
+    return checkpoint.training.get("progress", {})
+
+
 def _continues(folder: RunFolder, resume: Checkpoint | None) -> bool:
     """Does ``resume`` go on from where the folder's run stands (same run, same epoch)?"""
-    if resume is None:
+    if resume is None or not (standing := _standing(folder)):
         return False
-    try:
-        standing = folder.standing_progress()
-    except UserError:  # a damaged last.pt: nothing to continue
-        return False
-    resumed = resume.training.get("progress", {})
+    resumed = _progress(resume)
     return (standing.get("run_id"), standing.get("epoch")) == (resumed.get("run_id"), resumed.get("epoch"))

@@ -132,9 +132,9 @@ class Translator:
         Sentences that cannot be translated get one Translation with ``error`` set;
         overlong ones are truncated to ``max_source_length`` words (``truncated``).
         ``replace_unknown``: each ``<unk>`` of the output becomes the source word its step's attention
-        peaks on (:func:`replace_unknown_words`).
+        peaks on (:func:`replace_unknown_words`). With no ``beam_size``, the checkpoint's beam is widened to ``n_best``.
         """
-        beam = beam_size or self.search.beam_size
+        beam = beam_size or max(self.search.beam_size, n_best)
         self.pipeline.target_vocab.check_beam(beam)
         results: list[list[Translation] | None] = [None] * len(sentences)
         prepared = {}

@@ -24,6 +24,15 @@ from attnkit.files import atomic_path
 _plain_text = matplotlib.rc_context({"text.parse_math": False})
 
 
+LABEL_CHARACTERS = 30  # a source word's label is cut here: the words are the user's text, and one of megabytes
+# would be laid out glyph by glyph (minutes), and make the figure as tall as the word is long
+
+
+def _labels(words: Sequence[str]) -> list[str]:
+    """Source words as tick labels, each at most ``LABEL_CHARACTERS`` long (a longer one ends in an ellipsis)."""
+    return [word if len(word) <= LABEL_CHARACTERS else word[: LABEL_CHARACTERS - 1] + "\u2026" for word in words]
+
+
 def _new_figure(**options) -> Figure:
     """A figure (``options`` as for ``Figure``) drawn on its own Agg canvas, outside pyplot."""
     figure = Figure(**options)
@@ -41,7 +50,7 @@ def plot_attention_matrix(attention: Tensor, source_words: Sequence[str], target
     figure = _new_figure(figsize=(1.0 + 0.45 * columns, 1.0 + 0.4 * rows))
     axes = figure.subplots()
     image = axes.imshow(weights, cmap="Greys", vmin=0.0, vmax=1.0, aspect="auto")
-    axes.set_xticks(range(columns), labels=list(source_words), rotation=60, ha="right")
+    axes.set_xticks(range(columns), labels=_labels(source_words), rotation=60, ha="right")
     axes.set_yticks(range(rows), labels=list(target_words))
     axes.set_xlabel("source")
     axes.set_ylabel("output")
@@ -144,7 +153,7 @@ def plot_cross_modal(
     ``comparison`` is an :class:`attnkit.comparison.Comparison`. For a mosaic comparison, ``source_lengths``
     (each joined sentence's tokens) draws the sentence borders and ``own`` frames the described input's
     sentence and splits the image panels into their quadrants."""
-    words, sources = comparison.target_words, comparison.source_words
+    words, sources = comparison.target_words, _labels(comparison.source_words)
     blocks = (len(words) + columns - 1) // columns
     panel = 1.9  # inches per image panel
     matrix_height = 0.8 + 0.2 * len(words) + 0.075 * max(len(source) for source in sources)  # rows, then the rotated labels
@@ -218,7 +227,7 @@ def plot_importance(image, comparison, path: str | Path, title: str = "", column
     from attnkit.importance import importance_distribution
 
     maps = comparison.importance()
-    words, sources = comparison.target_words, comparison.source_words
+    words, sources = comparison.target_words, _labels(comparison.source_words)
     image_views, text_views = (
         distinct_views([("attention", attention)] + [(comparison.importance_label(form, modality), maps[modality][form]) for form in comparison.estimators()])
         for modality, attention in (("image", comparison.image_attention), ("text", comparison.text_attention))

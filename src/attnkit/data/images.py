@@ -67,12 +67,17 @@ def rgb_from_bytes(data: bytes, name: str, max_pixels: int = MAX_PIXELS) -> Imag
     return _decode_rgb(io.BytesIO(data), name, max_pixels)
 
 
+# The formats a photo is read in. Pillow opens more, but some by running other programs: an EPS file is handed to
+# Ghostscript (a PostScript program, with no time limit), which an upload to ``attnkit serve`` must never reach.
+PHOTO_FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF", "PPM", "TGA")  # a camera's MPO opens as JPEG
+
+
 def _decode_rgb(source, name: str, max_pixels: int) -> Image.Image:
     """Decode ``source`` (a path or a file object) whole, refusing more than ``max_pixels``; ``name`` is said in errors."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(source) as image:
+            with Image.open(source, formats=PHOTO_FORMATS) as image:
                 width, height = image.size
                 if width == 0 or height == 0:
                     raise ImageError(f"{name}: image has zero size ({width}x{height})")
@@ -84,7 +89,7 @@ def _decode_rgb(source, name: str, max_pixels: int) -> Image.Image:
     except ImageError:
         raise
     except UnidentifiedImageError:
-        raise ImageError(f"{name}: not an image file (or a format Pillow cannot read)") from None
+        raise ImageError(f"{name}: not an image file in a format read here ({', '.join(PHOTO_FORMATS)})") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise ImageError(f"{name}: too many pixels (decompression bomb limit)") from None
     except (OSError, SyntaxError, ValueError) as error:  # truncated or corrupt data
