@@ -21,7 +21,6 @@ Human-readable lines first; the LAST line of stdout is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from attnkit.config import load_config
 from attnkit.data.scenes import generate_scenes, write_scene_dataset
 from attnkit.cli import positive_int, positive_number
 from attnkit.errors import UserError, run_cli
-from attnkit.files import write_text_atomic
+from attnkit.files import write_json_atomic, write_text_atomic
 from attnkit.multitask import train_multitask
 from machine import busy_cores, print_result
 
@@ -155,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "table.md", "\n".join(rows) + "\n")
-    write_text_atomic(out / "results.json", json.dumps(results, indent=2) + "\n")
+    write_json_atomic(out / "results.json", results, indent=2)
     print("\n".join(rows))
     summary = {
         "benchmark": "demo_recipe",

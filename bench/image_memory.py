@@ -32,7 +32,6 @@ Human-readable lines first; the LAST line of stdout is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import tempfile
@@ -48,7 +47,7 @@ from attnkit.config import load_config
 from attnkit.data.captions import image_root, read_caption_split, write_caption_dataset
 from attnkit.data.images import MOSAIC_PHOTOS
 from attnkit.errors import UserError, run_cli
-from attnkit.files import write_text_atomic
+from attnkit.files import write_json_atomic, write_text_atomic
 from attnkit.model import count_parameters
 from attnkit.run_folder import CHECKPOINTS
 from attnkit.train import TrainingProgress
@@ -219,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             print(describe(name, results[name]))
     out.mkdir(parents=True, exist_ok=True)
     table = write_text_atomic(out / "table.md", markdown_table(results, len(valid)))
-    write_text_atomic(out / "results.json", json.dumps(results, indent=2) + "\n")
+    write_json_atomic(out / "results.json", results, indent=2)
     print(table.read_text())
     result = {
         "benchmark": "image_memory",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 import torch
 
 from attnkit.distributed import usable_cores
+from attnkit.files import json_text
 from attnkit.errors import UserError
 
 # The load sample before a benchmark and the calibration after it take about four seconds. The tests run the
@@ -147,5 +147,6 @@ def project_path(path: str) -> str:
 def print_result(result: dict, busy_before: float | None) -> int:
     """The benchmark's last line: its figures plus the load before it started, the machine, its calibrated
     speed (measured now, once the benchmark's own work is done, at its thread count) and the date."""
-    print(json.dumps({**result, "busy_cores_before": busy_before, "machine": machine_info(), "calibration": calibrate(), "date": utc_now()}))
+    # json_text: strict JSON (a share of no cases, 0/0, is null, not the bare NaN that jq and JSON.parse refuse)
+    print(json_text({**result, "busy_cores_before": busy_before, "machine": machine_info(), "calibration": calibrate(), "date": utc_now()}))
     return 0

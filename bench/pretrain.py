@@ -40,7 +40,7 @@ from statistics import mean
 from attnkit.config import load_config
 from attnkit.data.text import read_parallel, write_parallel_dataset
 from attnkit.errors import UserError, run_cli
-from attnkit.files import write_text_atomic
+from attnkit.files import write_json_atomic, write_text_atomic
 from attnkit.pretraining import encoder_head_statistics, pretrained_from_checkpoint, train_pretraining
 from attnkit.translation import TextPipeline, Translator, train_translation
 from machine import busy_cores, print_result
@@ -137,7 +137,7 @@ def run_arm(args: argparse.Namespace, out: Path, data: str, folder: Path, monoli
         bleu_signature=test["bleu_signature"],
     )
     (out / "results").mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / "results" / f"{name}.json", json.dumps(result, indent=2) + "\n")
+    write_json_atomic(out / "results" / f"{name}.json", result, indent=2)
     print(f"{name}: test BLEU {test['bleu']} (cased, beam 5) after {result['training_minutes']} minutes of training")
     return result
 
@@ -159,7 +159,7 @@ def head_figure(out: Path, seed: int, figure: str) -> dict:
     folder = Path(translators["fine-tuned from it"].config["data"]["path"])
     sentences = [source for source, _ in read_parallel(folder, "valid", SOURCE, TARGET)][:HEAD_SENTENCES]
     statistics = {label: encoder_head_statistics(encoder, text, sentences) for label, (encoder, text) in encoders.items()}
-    write_text_atomic(out / "heads.json", json.dumps({"sentences": len(sentences), "seed": seed, "encoders": statistics}, indent=1) + "\n")
+    write_json_atomic(out / "heads.json", {"sentences": len(sentences), "seed": seed, "encoders": statistics}, indent=1)
     tables = {f"{label}\n{statistic.replace('_', ' ')}": (stats[statistic], "Blues") for label, stats in statistics.items() for statistic in SHOWN}
     png = plot_head_tables(tables, out / "heads.png", title=f"What each encoder head attends to (Multi30k German, {len(sentences)} validation sentences; seed {seed})", per_row=len(SHOWN), value_range=(0.0, 1.0))
     if figure:

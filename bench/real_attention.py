@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -85,7 +84,7 @@ from attnkit.data.sources import default_data_root
 from attnkit.data.folder import read_dataset_info
 from attnkit.data.text import read_parallel, write_parallel_dataset
 from attnkit.errors import UserError, run_cli
-from attnkit.files import atomic_path, read_text_file, write_text_atomic
+from attnkit.files import atomic_path, read_text_file, write_json_atomic, write_text_atomic
 from attnkit.importance import CHOSEN, ImportanceSettings, add_importance_arguments, settings_from_arguments
 from attnkit.model import count_parameters
 from attnkit.multitask import train_multitask
@@ -368,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             joint = comparer
 
     out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / "study.json", json.dumps(results, indent=2) + "\n")
+    write_json_atomic(out / "study.json", results, indent=2)
     written = write_comparison(joint, open_rgb(images / example.image), example.german, example.english, out / "example", title=f"{example.image}: {example.english}", importance=settings)
     if args.figure:
         write_figure(written[0][0], Path(args.figure))

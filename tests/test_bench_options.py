@@ -277,3 +277,14 @@ def test_multi30k_quick_trains_a_subword_recipe_with_a_vocabulary_its_pairs_hold
     with pytest.raises(Stop):
         multi30k.main(["--quick", "--config", str(ROOT / "tasks/configs/multi30k_de_en_transformer_gpu.yaml"), "--out", str(tmp_path), *given])
     assert trained[0].data.tokenizer.vocab_size == pieces
+
+
+def test_a_benchmark_s_line_is_strict_json(bench, monkeypatch, capsys):
+    """bench/scenes.py's line carried bare NaN (a share of no cases), which jq and JSON.parse refuse: null now."""
+    import json
+
+    module = bench("machine")
+    monkeypatch.setattr(module, "calibrate", lambda: {})
+    module.print_result({"benchmark": "x", "flip_share": float("nan")}, 0.0)
+    line = capsys.readouterr().out.strip()
+    assert "NaN" not in line and json.loads(line, parse_constant=lambda name: pytest.fail(f"bare {name}"))["flip_share"] is None
