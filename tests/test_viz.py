@@ -125,6 +125,7 @@ def test_a_histogram_counts_values_beyond_its_range_in_its_end_bins_and_says_so(
     assert figures[1].axes[0].get_xlabel() == "peak"
 
 
+@pytest.mark.filterwarnings("ignore:Tight layout not applied")  # two columns leave a 30-character label no room: the point is the time
 def test_a_long_source_word_is_drawn_as_a_short_label(tmp_path):
     """Source words are the user's text: a word of a million characters is laid out as 30, not glyph by glyph."""
     from attnkit.viz import LABEL_CHARACTERS, _labels
