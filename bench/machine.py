@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 
 from attnkit.distributed import usable_cores
-from attnkit.files import json_text
 from attnkit.errors import UserError
+from attnkit.files import json_text
 
 # The load sample before a benchmark and the calibration after it take about four seconds. The tests run the
 # benchmarks end to end, many times, and set this variable (tests/conftest.py) to shorten both; a JSON line

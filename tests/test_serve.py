@@ -351,25 +351,21 @@ def trickle(models, declared: int) -> tuple[bytes, float]:
     server = make_server(TryPage(models), "127.0.0.1", 0, timeout=1.0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        return _trickle_into(server, declared)
+        with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=30) as connection:
+            connection.sendall(f"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: {declared}\r\n\r\n".encode())
+            started = time.perf_counter()
+            connection.setblocking(False)
+            answer = b""
+            while not answer and time.perf_counter() - started < 15:
+                with contextlib.suppress(BlockingIOError, InterruptedError, BrokenPipeError, ConnectionResetError):  # a send after the close
+                    connection.send(b"x")
+                time.sleep(0.2)
+                with contextlib.suppress(BlockingIOError):
+                    answer = connection.recv(100)
+            return answer, time.perf_counter() - started
     finally:
         server.shutdown()
         server.server_close()
-
-
-def _trickle_into(server, declared: int) -> tuple[bytes, float]:
-    with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=30) as connection:
-        connection.sendall(f"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: {declared}\r\n\r\n".encode())
-        started = time.perf_counter()
-        connection.setblocking(False)
-        answer = b""
-        while not answer and time.perf_counter() - started < 15:
-            with contextlib.suppress(BlockingIOError, InterruptedError, BrokenPipeError, ConnectionResetError):  # a send after the close
-                connection.send(b"x")
-            time.sleep(0.2)
-            with contextlib.suppress(BlockingIOError):
-                answer = connection.recv(100)
-        return answer, time.perf_counter() - started
 
 
 def test_an_oversized_body_trickled_in_is_answered_at_the_timeout(models):

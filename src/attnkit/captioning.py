@@ -25,7 +25,7 @@ from PIL import Image
 from torch import Tensor, nn
 
 from attnkit.checkpoint import Checkpoint, load_checkpoint, load_weights
-from attnkit.config import ExperimentConfig, SearchConfig, from_dict, model_differences, to_dict
+from attnkit.config import ExperimentConfig, SearchConfig, from_dict, model_differences, to_dict, widened_beam
 from attnkit.data.batching import Batch, BucketBatchSampler, batch_gold, pad_sequences
 from attnkit.data.captions import CaptionedImage, image_root, read_caption_split, require_split_photos
 from attnkit.data.features import FeatureCache, encoder_identity
@@ -233,7 +233,7 @@ class Captioner:
         image gets one Caption with ``error``. With no ``beam_size``, the checkpoint's beam is widened to ``n_best``."""
         results: list[list[Caption] | None] = [None] * len(images)
         vocab = self.pipeline.vocab
-        beam_size = beam_size or max(self.search.beam_size, n_best)
+        beam_size = widened_beam(beam_size, self.search.beam_size, n_best)
         vocab.check_beam(beam_size)
         for start in range(0, len(images), batch_size):
             chunk = list(range(start, min(start + batch_size, len(images))))

@@ -15,7 +15,7 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from attnkit.config import DECODING_PRECISIONS
+from attnkit.config import DECODING_PRECISIONS, widened_beam
 from attnkit.errors import UserError
 from attnkit.files import unreadable
 
@@ -126,7 +126,7 @@ def beam_for(args: argparse.Namespace, checkpoint_beam: int) -> int:
         raise UserError(f"--n-best {args.n_best} is more than --beam {args.beam}: a beam of K keeps at most K outputs")
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
-    return args.beam if args.beam is not None else max(checkpoint_beam, args.n_best)
+    return widened_beam(args.beam, checkpoint_beam, args.n_best)  # --beam is at least 1 here
 
 
 # ---------------------------------------------------------------- inputs

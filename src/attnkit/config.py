@@ -303,6 +303,13 @@ class TrainConfig(_Checked):
     scst_baseline: str = checked("mean", one_of(*SCST_BASELINES, what="SCST baseline"))  # objective scst: a sample's reward is compared with the mean of the photo's other samples (Luo 2020) | the greedy caption's (Rennie et al. 2017)
 
 
+def widened_beam(beam_size: int | None, default: int, n_best: int) -> int:
+    """The beam a search for ``n_best`` outputs runs: ``beam_size`` when given, else ``default`` (a checkpoint's
+    ``search.beam_size``) widened to ``n_best``, since a beam of K keeps at most K outputs (the commands' ``--n-best``
+    and the library's ``n_best`` alike)."""
+    return beam_size or max(default, n_best)
+
+
 @dataclass(frozen=True)
 class SearchConfig(_Checked):
     beam_size: int = checked(5, at_least(1))  # 1: greedy; at most the tokens the model can output

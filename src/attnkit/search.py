@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnkit.config import widened_beam
 from attnkit.interfaces import Decoder, EncoderOutput
 
 
@@ -291,7 +292,7 @@ def search(
     ``never``: ids no output may hold (<pad>, <bos>: an untrained model may rank them first, and an output word
     that is none would leave an attention row without its word). With no ``beam_size``, the config's beam is widened
     to ``n_best`` (a beam of K keeps at most K outputs), as the commands' ``--n-best`` widens it."""
-    beam = beam_size or max(config.beam_size, n_best)
+    beam = widened_beam(beam_size, config.beam_size, n_best)
     limits = max_steps(encoded, config.max_length_ratio, config.max_length_offset)
     if beam == 1 and n_best == 1:
         return [[h] for h in greedy_search(decoder, encoded, bos, eos, limits, config.length_penalty, never)]

@@ -631,13 +631,13 @@ def check_run_folder(folder: RunFolder, resume: Checkpoint | None, overwrite: bo
     if overwrite:
         return
     if not folder.holds_run():
-        resumed_run = resume.training.get("progress", {}).get("run_id", "")
+        resumed_run = _progress(resume).get("run_id", "")
         own_best = (folder.path / "best.pt").is_file() and folder.standing_progress("best.pt").get("run_id") == resumed_run
         if not own_best:  # another run's best.pt or epoch-<k>.pt, without its last.pt: not this run's to write over
             folder.refuse_existing(overwrite=False)
         return
     standing = folder.standing_progress()
-    resumed = resume.training.get("progress", {})
+    resumed = _progress(resume)
     if standing.get("run_id", "") != resumed.get("run_id", ""):
         raise UserError(f"{folder.path} holds another run (at epoch {standing.get('epoch')}); resuming there would replace it: pass --overwrite, or set another output_dir")
     if standing.get("epoch", 0) > resumed.get("epoch", 0):

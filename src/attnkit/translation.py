@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.checkpoint import Checkpoint, load_checkpoint
-from attnkit.config import ExperimentConfig, SearchConfig, from_dict
+from attnkit.config import ExperimentConfig, SearchConfig, from_dict, widened_beam
 from attnkit.data.batching import pad_sequences
 from attnkit.data.text import ParallelTextDataset, collate_pairs, read_parallel, resolve_languages
 from attnkit.errors import UserError
@@ -134,7 +134,7 @@ class Translator:
         ``replace_unknown``: each ``<unk>`` of the output becomes the source word its step's attention
         peaks on (:func:`replace_unknown_words`). With no ``beam_size``, the checkpoint's beam is widened to ``n_best``.
         """
-        beam = beam_size or max(self.search.beam_size, n_best)
+        beam = widened_beam(beam_size, self.search.beam_size, n_best)
         self.pipeline.target_vocab.check_beam(beam)
         results: list[list[Translation] | None] = [None] * len(sentences)
         prepared = {}
